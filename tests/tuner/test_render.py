@@ -1,0 +1,109 @@
+"""Rendering configurations to SGLang command lines, per version; flag-table introspection."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.conftest import SPACES
+from tuner.errors import ConfigError, FlagError
+from tuner.flags import FlagTable, introspect
+from tuner.render import redact_env, render, render_args, shell_command
+from tuner.sampler import make_sampler
+from tuner.space import load_space
+from workers.types import Config, EngineSpec
+
+TABLE = FlagTable.bundled("0.5.23")
+FAKE_054 = Path(__file__).resolve().parent.parent / "fixtures" / "fake_sglang_054"
+
+
+def _all_options(table: FlagTable) -> dict[str, str]:
+    out = {}
+    for flag in table.flags.values():
+        out[flag.option] = flag.dest
+        if flag.negation:
+            out[flag.negation] = flag.dest
+    return out
+
+
+@pytest.mark.parametrize("space_file", sorted(p.name for p in SPACES.glob("*.yaml")))
+def test_many_sampled_configs_use_only_full_0523_options(space_file: str) -> None:
+    space = load_space(SPACES / space_file, TABLE)
+    options = _all_options(TABLE)
+    study = optuna.create_study(sampler=make_sampler(space.violates, seed=7))
+    engine = EngineSpec(kind="sglang", python="python3")
+    for _ in range(150):
+        trial = study.ask()
+        config = space.sample(trial)
+        argv = render(config, TABLE, engine, host="127.0.0.1", port=31000).argv
+        assert argv[:3] == ("python3", "-m", "sglang.launch_server")
+        i = 3
+        while i < len(argv):
+            opt = argv[i]
+            assert opt in options, f"{opt} is not a full 0.5.23 option"
+            flag = TABLE.flags[options[opt]]
+            i += 1
+            while i < len(argv) and not argv[i].startswith("--"):
+                if flag.choices:
+                    assert argv[i] in flag.choices
+                i += 1
+        study.tell(trial, 1.0)
+
+
+def test_cuda_graph_max_bs_follows_the_version() -> None:
+    legacy = introspect_fake()
+    assert render_args({"cuda_graph_max_bs": 32}, TABLE) == ["--cuda-graph-max-bs-decode", "32"]
+    assert render_args({"cuda_graph_max_bs": 32}, legacy) == ["--cuda-graph-max-bs", "32"]
+    # the new name written in a space also renders on the old version
+    assert render_args({"cuda_graph_max_bs_decode": 16}, legacy) == ["--cuda-graph-max-bs", "16"]
+
+
+def introspect_fake() -> FlagTable:
+    import os
+
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = str(FAKE_054) + (os.pathsep + env_path if env_path else "")
+    try:
+        return introspect(sys.executable)
+    finally:
+        os.environ["PYTHONPATH"] = env_path
+
+
+def test_introspection_reads_the_installed_parser() -> None:
+    table = introspect_fake()
+    assert table.version == "0.5.4"
+    assert table.flags["moe_runner_backend"].choices is not None
+    assert "marlin" not in table.flags["moe_runner_backend"].choices
+    with pytest.raises(FlagError, match="'marlin' is not a --moe-runner-backend of SGLang 0.5.4"):
+        render_args({"moe_runner_backend": "marlin"}, table)
+
+
+def test_introspection_without_sglang_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="cannot introspect SGLang"):
+        introspect(sys.executable)
+
+
+def test_booleans_lists_and_none() -> None:
+    argv = render_args({"trust_remote_code": True, "disable_radix_cache": False,
+                        "cuda_graph_bs_decode": [1, 2, 4], "quantization": None,
+                        "enable_tf32_matmul": False}, TABLE)
+    assert argv == ["--trust-remote-code", "--cuda-graph-bs-decode", "1", "2", "4",
+                    "--no-enable-tf32-matmul"]
+
+
+def test_removed_flag_is_an_error_before_launch() -> None:
+    with pytest.raises(FlagError, match="'enable_ep_moe' is not an option of SGLang 0.5.23"):
+        render_args({"enable_ep_moe": True}, TABLE)
+
+
+def test_secrets_are_redacted_in_shell_command() -> None:
+    config = Config(params={}, flags={"model_path": "/m"}, env={"HF_TOKEN": "hf_abc", "NCCL_PROTO": "LL"})
+    cmd = render(config, TABLE, EngineSpec())
+    assert cmd.env["HF_TOKEN"] == "hf_abc"  # the server gets it
+    line = shell_command(cmd)
+    assert "hf_abc" not in line and "HF_TOKEN='<redacted>'" in line and "NCCL_PROTO=LL" in line
+    assert redact_env({"MY_API_KEY": "x", "AWS_SECRET_ACCESS_KEY": "y", "A": "b"}) == {
+        "MY_API_KEY": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>", "A": "b"}

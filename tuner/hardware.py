@@ -1,0 +1,67 @@
+"""What cannot run where: a small table of SGLang settings gated on the GPU architecture.
+
+Sources: SGLang 0.5.23 code (reference §2.2). ``tuner validate --gpu sm_120`` and the sweep drop
+choices that break a rule before any launch and list them. Architectures are ``sm_<major><minor>``
+(sm_90 Hopper, sm_100/sm_103 B200/B300, sm_120 RTX PRO 6000 / RTX 50xx).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class HardwareRule:
+    """``dest`` set to any of ``values`` runs only on the architectures in ``archs``."""
+
+    dest: str
+    values: tuple[str, ...]
+    archs: tuple[str, ...]
+    reason: str
+
+
+SM100 = ("sm_100", "sm_103")
+RULES: tuple[HardwareRule, ...] = (
+    HardwareRule("moe_runner_backend", ("flashinfer_trtllm", "flashinfer_trtllm_routed",
+                                        "experimental_sgl_trtllm"),
+                 SM100, "trtllm-gen MoE kernels are SM100-only"),
+    HardwareRule("moe_runner_backend", ("hpc_ops",), ("sm_90",), "the hpc_ops MoE runner needs SM90"),
+    HardwareRule("moe_a2a_backend", ("flashinfer_megamoe",), SM100, "FlashInfer MegaMoE needs SM100"),
+    HardwareRule("quantization", ("nvfp4_online",), SM100, "nvfp4_online is supported only on SM100/SM103"),
+    HardwareRule("quantization", ("mxfp8",), SM100, "MXFP8 MoE quantization needs SM100"),
+    HardwareRule("attention_backend", ("fa3",), ("sm_80", "sm_86", "sm_89", "sm_90"),
+                 "FlashAttention v3 needs SM80-SM90"),
+    HardwareRule("attention_backend", ("hpc_ops",), ("sm_90",), "hpc_ops attention needs SM90"),
+    HardwareRule("attention_backend", ("cutedsl_mla",), SM100, "cutedsl_mla is SM100-only"),
+    HardwareRule("attention_backend", ("trtllm_mha",), ("sm_90", *SM100, "sm_120", "sm_121"),
+                 "trtllm_mha needs SM90, SM100 or SM120"),
+    HardwareRule("kv_cache_dtype", ("mxfp8",), (*SM100, "sm_110", "sm_120", "sm_121"),
+                 "an MXFP8 KV cache needs SM100+"),
+    HardwareRule("kv_cache_dtype", ("nvfp4",), (*SM100, "sm_120", "sm_121"),
+                 "an NVFP4 KV cache needs SM100 or SM120"),
+)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A choice dropped for the target GPU, with the reason."""
+
+    param: str
+    choice: Any
+    reason: str
+
+
+def violated_rule(flags: dict[str, Any], arch: str) -> str | None:
+    """The reason the first rule broken by ``flags`` on ``arch`` gives, or None."""
+    for rule in RULES:
+        value = flags.get(rule.dest)
+        if value is not None and str(value) in rule.values and arch not in rule.archs:
+            return f"{rule.dest}={value}: {rule.reason}"
+    return None
+
+
+def arch_from_capability(capability: str) -> str:
+    """'12.0' (nvidia-smi compute_cap) -> 'sm_120'."""
+    major, _, minor = capability.strip().partition(".")
+    return f"sm_{int(major)}{int(minor or 0)}"

@@ -1,0 +1,87 @@
+"""An Optuna sampler wrapper that never returns a combination a ``forbid`` rule excludes.
+
+It delegates to an inner sampler (TPE by default) and redraws a value that would complete a
+forbidden combination with the parameters already decided for the trial (those suggested so far
+plus the jointly sampled "relative" ones). After ``max_redraws`` it picks uniformly among the
+allowed values. The study loop calls ask/sample/tell from one thread, so the per-trial memory of
+relative parameters needs no lock.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.samplers import BaseSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+
+class ForbidAwareSampler(BaseSampler):
+    """Wraps ``inner``; ``violates(params)`` says whether a (partial) assignment is forbidden."""
+
+    def __init__(self, inner: BaseSampler, violates: Callable[[dict[str, Any]], bool],
+                 max_redraws: int = 32, seed: int | None = None) -> None:
+        self._inner = inner
+        self._violates = violates
+        self._max_redraws = max_redraws
+        self._rng = random.Random(seed)
+        self._relative: dict[int, dict[str, Any]] = {}
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        """Delegated to the inner sampler."""
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        """Joint sample from the inner sampler, redrawn while it is forbidden on its own."""
+        for _ in range(self._max_redraws):
+            params = self._inner.sample_relative(study, trial, search_space)
+            if not self._violates(params):
+                self._relative[trial.number] = dict(params)
+                return params
+        self._relative[trial.number] = {}
+        return {}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        """One value from the inner sampler, redrawn while it completes a forbidden combination."""
+        decided = {**self._relative.get(trial.number, {}), **trial.params}
+        value = None
+        for _ in range(self._max_redraws):
+            value = self._inner.sample_independent(study, trial, param_name, param_distribution)
+            if not self._violates({**decided, param_name: value}):
+                return value
+        if isinstance(param_distribution, CategoricalDistribution):
+            allowed = [c for c in param_distribution.choices
+                       if not self._violates({**decided, param_name: c})]
+            if allowed:
+                return self._rng.choice(allowed)
+        return value
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        """Delegated."""
+        self._inner.before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        """Delegated; forgets the trial's relative parameters."""
+        self._relative.pop(trial.number, None)
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        """Delegated."""
+        self._inner.reseed_rng()
+
+
+def make_sampler(violates: Callable[[dict[str, Any]], bool], seed: int | None = None) -> BaseSampler:
+    """TPE (Optuna 5 defaults: multivariate, constant liar; grouped for conditional spaces), forbid-aware."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        tpe = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
+                                         n_startup_trials=8)
+    return ForbidAwareSampler(tpe, violates, seed=seed)

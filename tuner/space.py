@@ -1,0 +1,407 @@
+"""A compiled search space: parameters (categorical, int, float, composite, conditional), forbid
+rules, and the fixed base settings. It samples a :class:`~workers.types.Config` from an Optuna
+trial (define-by-run), enumerates the space, and checks every setting against a flag table.
+
+Parameter names are stable: a top-level parameter keeps its YAML name; a parameter nested under a
+composite choice is named ``<parent>.<choice>.<key>``. Later settings override earlier ones:
+base < parameters in file order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from pydantic import ValidationError
+
+from tuner.errors import ConfigError, FlagError
+from tuner.flags import FlagTable
+from tuner.hardware import Pruned, violated_rule
+from tuner.space_file import ParamSpec, SpaceFile, format_validation_error, load_space_file
+from workers.types import BenchConfig, Config, EngineSpec, GateConfig, GatePrompt
+
+ENUMERATION_CAP = 1_000_000
+
+
+class ForbiddenConfig(ConfigError):
+    """The sampled combination is excluded by a ``forbid`` rule (only when no allowed value was left)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Fixed SGLang settings (dest names) and environment variables."""
+
+    flags: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter as Optuna sees it. ``options`` holds a composite choice's settings by label."""
+
+    name: str
+    path: str
+    kind: str  # categorical | int | float
+    choices: tuple[Any, ...] = ()
+    low: float = 0.0
+    high: float = 0.0
+    step: float | None = None
+    log: bool = False
+    target: tuple[str, str] | None = None  # ("flag", dest) | ("env", VAR); None for composite
+    options: dict[str, Settings] = field(default_factory=dict)
+    conditions: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    def active(self, params: dict[str, Any]) -> bool:
+        """True when every parent parameter was sampled with one of the values this one lives under."""
+        return all(name in params and params[name] in values for name, values in self.conditions)
+
+    def values(self) -> list[Any] | None:
+        """Every value of a finite parameter, or None for a continuous one."""
+        if self.kind == "categorical":
+            return list(self.choices)
+        if self.kind == "int":
+            step = int(self.step or 1)
+            return list(range(int(self.low), int(self.high) + 1, step))
+        if self.step:
+            n = int(round((self.high - self.low) / self.step))
+            return [round(self.low + i * self.step, 10) for i in range(n + 1)]
+        return None
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        """Sample this parameter from ``trial``."""
+        if self.kind == "categorical":
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high),
+                                     step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A validated search space. Build it with :func:`load_space`."""
+
+    file: SpaceFile
+    path: str
+    text: str
+    base: Settings
+    params: tuple[Param, ...]
+    forbid: tuple[dict[str, tuple[Any, ...]], ...]
+    pruned: tuple[Pruned, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The space's name (the default study name)."""
+        return self.file.name
+
+    # ---- sampling -------------------------------------------------------------------------
+    def build(self, choose: Callable[[Param, dict[str, Any]], Any]) -> Config:
+        """Walk the parameters in order; ``choose(param, params_so_far)`` gives each active value."""
+        params: dict[str, Any] = {}
+        flags = dict(self.base.flags)
+        env = dict(self.base.env)
+        for param in self.params:
+            if not param.active(params):
+                continue
+            value = choose(param, params)
+            params[param.name] = value
+            if param.target is None:
+                opt = param.options[value]
+                flags.update(opt.flags)
+                env.update(opt.env)
+            elif param.target[0] == "env":
+                env[param.target[1]] = str(value)
+            else:
+                flags[param.target[1]] = value
+        if self.violates(params):
+            raise ForbiddenConfig(f"{self.path}: forbid: every value left is forbidden after {params}")
+        return Config(params=params, flags=flags, env=env)
+
+    def sample(self, trial: optuna.Trial) -> Config:
+        """Sample a configuration from an Optuna trial (define-by-run)."""
+        return self.build(lambda p, _: p.suggest(trial))
+
+    def from_params(self, params: dict[str, Any]) -> Config:
+        """Rebuild the configuration of recorded params (missing params: ConfigError)."""
+        def choose(p: Param, _: dict[str, Any]) -> Any:
+            if p.name not in params:
+                raise ConfigError(f"{self.path}: params.{p.name}: no value recorded for this parameter")
+            return params[p.name]
+
+        return self.build(choose)
+
+    def from_assignments(self, assigned: dict[str, Any]) -> Config:
+        """A configuration with the given values; unset active params take their first value."""
+        def choose(p: Param, _: dict[str, Any]) -> Any:
+            if p.name not in assigned:
+                return p.choices[0] if p.kind == "categorical" else (
+                    int(p.low) if p.kind == "int" else p.low)
+            value = assigned[p.name]
+            finite = p.values()
+            if finite is not None and value not in finite or finite is None and not p.low <= value <= p.high:
+                shown = ", ".join(map(str, finite[:12])) if finite else f"[{p.low}, {p.high}]"
+                raise ConfigError(f"--set {p.name}={value}: not a value of {p.name} ({shown})")
+            return value
+
+        unknown = set(assigned) - {p.name for p in self.params}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise ConfigError(f"--set {name}: unknown parameter (parameters: "
+                              f"{', '.join(p.name for p in self.params)})")
+        return self.build(choose)
+
+    def baseline(self) -> Config:
+        """The base settings alone (SGLang's defaults for everything else)."""
+        return Config(params={}, flags=dict(self.base.flags), env=dict(self.base.env))
+
+    def violates(self, params: dict[str, Any]) -> bool:
+        """True when a forbid rule whose parameters were all sampled matches ``params``."""
+        return any(
+            all(k in params and params[k] in vals for k, vals in rule.items()) for rule in self.forbid
+        )
+
+    # ---- size -----------------------------------------------------------------------------
+    def iter_configs(self) -> Iterator[dict[str, Any]]:
+        """Every allowed parameter assignment (finite spaces only; continuous params raise)."""
+        def walk(i: int, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            if self.violates(params):
+                return
+            if i == len(self.params):
+                yield dict(params)
+                return
+            param = self.params[i]
+            if not param.active(params):
+                yield from walk(i + 1, params)
+                return
+            values = param.values()
+            if values is None:
+                raise ConfigError(f"{param.path}: continuous parameter: the space cannot be enumerated")
+            for value in values:
+                params[param.name] = value
+                yield from walk(i + 1, params)
+                del params[param.name]
+
+        yield from walk(0, {})
+
+    def cardinality(self) -> int | float:
+        """Number of allowed configurations; ``math.inf`` for continuous or > ENUMERATION_CAP spaces."""
+        if any(p.values() is None for p in self.params):
+            return math.inf
+        count = 0
+        for _ in self.iter_configs():
+            count += 1
+            if count > ENUMERATION_CAP:
+                return math.inf
+        return count
+
+    # ---- runtime settings -----------------------------------------------------------------
+    def engine(self, python_override: str | None = None) -> EngineSpec:
+        """Which server program trials launch."""
+        scenario = None
+        if self.file.scenario:
+            scenario = str((Path(self.path).parent / self.file.scenario).resolve())
+        default_python = "python3"
+        if self.file.engine == "sim":
+            import sys
+
+            default_python = sys.executable
+        return EngineSpec(
+            kind=self.file.engine, python=python_override or self.file.sglang_python or default_python,
+            scenario=scenario, sglang_version=self.file.sglang_version,
+        )
+
+    def bench_config(self) -> BenchConfig:
+        """The benchmark settings of the space."""
+        return BenchConfig(**self.file.benchmark.model_dump())
+
+    def gate_config(self) -> GateConfig:
+        """The correctness gate of the space."""
+        prompts = tuple(GatePrompt(**p.model_dump()) for p in self.file.gate.prompts)
+        return GateConfig(prompts=prompts, enabled=self.file.gate.enabled)
+
+
+def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, Any]:
+    """``["ep_size=2", "quant_format=nvfp4"]`` -> typed values (YAML scalars)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected param=value")
+        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+# ---- compiling ------------------------------------------------------------------------------
+def _split_settings(body: dict[str, Any], where: str) -> tuple[Settings, dict[str, dict[str, Any]]]:
+    flags: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in body.items():
+        if key == "env":
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ConfigError(f"{where}.env: expected a mapping VAR: value")
+            for var, val in value.items():
+                if isinstance(val, dict | list) or val is None:
+                    raise ConfigError(f"{where}.env.{var}: {val!r}: an env value must be a string or number")
+                env[var] = str(val).lower() if isinstance(val, bool) else str(val)
+        elif isinstance(value, dict) and {"choices", "int", "float"} & set(value):
+            nested[key] = value
+        elif isinstance(value, dict):
+            raise ConfigError(f"{where}.{key}: a mapping needs choices, int or float to be a parameter")
+        else:
+            flags[key] = value
+    return Settings(flags, env), nested
+
+
+def _compile_param(name: str, spec: ParamSpec, where: str,
+                   conditions: tuple[tuple[str, tuple[Any, ...]], ...], out: list[Param],
+                   source: str) -> None:
+    if spec.choices is not None and isinstance(spec.choices, dict):
+        options: dict[str, Settings] = {}
+        children: list[tuple[str, dict[str, Any], str]] = []
+        for label, body in spec.choices.items():
+            settings, nested = _split_settings(body or {}, f"{where}.choices.{label}")
+            options[str(label)] = settings
+            children += [(f"{label}", {k: v}, f"{where}.choices.{label}.{k}") for k, v in nested.items()]
+        out.append(Param(name=name, path=where, kind="categorical", choices=tuple(options),
+                         options=options, conditions=conditions))
+        for label, nested, path in children:
+            (key, raw), = nested.items()
+            try:
+                child = ParamSpec.model_validate(raw)
+            except ValidationError as exc:
+                key_path = path.split(": ", 1)[-1]
+                raise ConfigError(format_validation_error(source, exc, prefix=key_path)) from exc
+            _compile_param(f"{name}.{label}.{key}", child.model_copy(update={"flag": child.flag or key}),
+                           path, (*conditions, (name, (label,))), out, source)
+        return
+    target = ("env", spec.env) if spec.env else ("flag", spec.flag or name.rsplit(".", 1)[-1])
+    if spec.choices is not None:
+        out.append(Param(name=name, path=where, kind="categorical", choices=tuple(spec.choices),
+                         target=target, conditions=conditions))
+    else:
+        rng = spec.int_range or spec.float_range
+        assert rng is not None
+        out.append(Param(name=name, path=where, kind="int" if spec.int_range else "float",
+                         low=rng[0], high=rng[1], step=spec.step, log=spec.log, target=target,
+                         conditions=conditions))
+
+
+def compile_space(file: SpaceFile, path: str, text: str) -> SearchSpace:
+    """Turn a shape-checked file into parameters and rules (no flag table needed)."""
+    base, nested = _split_settings(dict(file.base), f"{path}: base")
+    if nested:
+        raise ConfigError(f"{path}: base.{next(iter(nested))}: base settings are fixed; put ranges under params")
+    params: list[Param] = []
+    for name, spec in file.params.items():
+        conditions: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+        if spec.when:
+            known = {p.name: p for p in params}
+            for parent, vals in spec.when.items():
+                if parent not in known:
+                    raise ConfigError(f"{path}: params.{name}.when.{parent}: conditional parameter without "
+                                      f"its parent: {parent!r} is not a parameter defined above")
+                allowed = tuple(vals) if isinstance(vals, list) else (vals,)
+                _check_values(known[parent], allowed, f"{path}: params.{name}.when.{parent}")
+                conditions += ((parent, allowed),)
+        _compile_param(name, spec, f"{path}: params.{name}", conditions, params, path)
+    by_name = {p.name: p for p in params}
+    forbid: list[dict[str, tuple[Any, ...]]] = []
+    for i, rule in enumerate(file.forbid):
+        if not rule:
+            raise ConfigError(f"{path}: forbid[{i}]: empty rule")
+        compiled: dict[str, tuple[Any, ...]] = {}
+        for key, vals in rule.items():
+            if key not in by_name:
+                raise ConfigError(f"{path}: forbid[{i}].{key}: unknown parameter (parameters: "
+                                  f"{', '.join(by_name)})")
+            allowed = tuple(vals) if isinstance(vals, list) else (vals,)
+            _check_values(by_name[key], allowed, f"{path}: forbid[{i}].{key}")
+            compiled[key] = allowed
+        forbid.append(compiled)
+    return SearchSpace(file=file, path=path, text=text, base=base, params=tuple(params),
+                       forbid=tuple(forbid))
+
+
+def _check_values(param: Param, values: tuple[Any, ...], where: str) -> None:
+    finite = param.values()
+    for v in values:
+        if finite is not None and v not in finite:
+            raise ConfigError(f"{where}: {v!r} is not a value of parameter {param.name!r} "
+                              f"(values: {', '.join(map(str, finite[:12]))})")
+
+
+def check_flags(space: SearchSpace, table: FlagTable) -> None:
+    """Raise FlagError (one line, key path) unless every setting is valid for this SGLang version."""
+    def check(name: str, value: Any, where: str) -> None:
+        try:
+            table.check_value(name, value)
+        except FlagError as exc:
+            raise FlagError(f"{where}: {exc}") from None
+
+    for name, value in space.base.flags.items():
+        check(name, value, f"{space.path}: base.{name}")
+    for param in space.params:
+        if param.target is None:
+            for label, opt in param.options.items():
+                for name, value in opt.flags.items():
+                    check(name, value, f"{param.path}.choices.{label}.{name}")
+        elif param.target[0] == "flag":
+            values = param.values() or [param.low, param.high]
+            for i, value in enumerate(values):
+                suffix = f".choices[{i}]" if param.kind == "categorical" else ""
+                check(param.target[1], value, f"{param.path}{suffix}")
+
+
+def apply_hardware(space: SearchSpace, arch: str | None) -> SearchSpace:
+    """Drop the choices that cannot run on ``arch`` (see tuner.hardware); ConfigError if none is left."""
+    if arch is None:
+        return space
+    from dataclasses import replace
+
+    for name, value in space.base.flags.items():
+        rule = violated_rule({name: value}, arch)
+        if rule:
+            raise ConfigError(f"{space.path}: base.{name}: {value!r} cannot run on {arch}: {rule}")
+    pruned: list[Pruned] = []
+    params: list[Param] = []
+    for param in space.params:
+        keep = []
+        for choice in param.choices:
+            if param.target is None:
+                flags = param.options[choice].flags
+            elif param.target[0] == "flag":
+                flags = {param.target[1]: choice}
+            else:
+                flags = {}
+            rule = violated_rule(flags, arch)
+            if rule:
+                pruned.append(Pruned(param.name, choice, rule))
+            else:
+                keep.append(choice)
+        if param.kind == "categorical" and not keep:
+            raise ConfigError(f"{param.path}: no choice can run on {arch} "
+                              f"({'; '.join(p.reason for p in pruned if p.param == param.name)})")
+        params.append(replace(param, choices=tuple(keep)) if param.kind == "categorical" else param)
+    names = {p.name: p for p in params}
+    forbid = tuple(
+        {k: tuple(v for v in vals if v in names[k].choices or names[k].kind != "categorical")
+         for k, vals in rule.items()}
+        for rule in space.forbid
+    )
+    return replace(space, params=tuple(params), forbid=forbid, pruned=tuple(pruned))
+
+
+def load_space(path: str | Path, table: FlagTable | None = None, arch: str | None = None) -> SearchSpace:
+    """Load, validate and compile a space file; check flags if a table is given; prune for ``arch``."""
+    file, text = load_space_file(path)
+    space = compile_space(file, str(path), text)
+    if table is not None:
+        check_flags(space, table)
+    return apply_hardware(space, arch or file.gpu)

@@ -1,0 +1,198 @@
+"""Frozen dataclasses that cross process and Ray boundaries. Nothing Ray- or Optuna-specific."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class FailureKind(StrEnum):
+    """Why a trial produced no valid measurement. All but INFRASTRUCTURE/INTERRUPTED are the config's fault."""
+
+    BAD_FLAG = "bad_flag"
+    CONFIG_ERROR = "config_error"
+    OOM = "oom"
+    UNSUPPORTED = "unsupported"
+    CUDA_GRAPH = "cuda_graph"
+    NCCL = "nccl"
+    STARTUP_TIMEOUT = "startup_timeout"
+    CRASHED = "crashed"
+    GATE_FAILED = "gate_failed"
+    BENCHMARK_FAILED = "benchmark_failed"
+    INTERRUPTED = "interrupted"
+    INFRASTRUCTURE = "infrastructure"
+
+    @property
+    def config_caused(self) -> bool:
+        """True when the configuration itself is to blame (told to Optuna as infeasible)."""
+        return self not in (FailureKind.INTERRUPTED, FailureKind.INFRASTRUCTURE)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a search space: sampled params, and the SGLang settings (dest names) + env they set."""
+
+    params: dict[str, Any]
+    flags: dict[str, Any]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def key(self) -> str:
+        """A stable hash of what is launched (flags + env): equal keys are the same server."""
+        blob = json.dumps({"flags": self.flags, "env": self.env}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How to measure one server: closed loop with ``concurrency`` streams, warm-up, then windows."""
+
+    concurrency: int = 16
+    input_len: int = 1024
+    output_len: int = 256
+    warmup_s: float = 20.0
+    duration_s: float = 60.0
+    repeats: int = 1
+    api: str = "generate"  # generate | completions
+    request_timeout_s: float = 120.0
+    max_failed_fraction: float = 0.05
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class GatePrompt:
+    """A prompt sent greedily before the benchmark; ``expect`` substring or ``expect_regex`` must match."""
+
+    text: str
+    expect: str | None = None
+    expect_regex: str | None = None
+    max_new_tokens: int = 32
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """The correctness gate: prompts to check; ``enabled=False`` skips it entirely."""
+
+    prompts: tuple[GatePrompt, ...] = ()
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    """Evidence for one gate prompt."""
+
+    prompt: str
+    got: str
+    expected: str | None
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """Pass/fail of the gate with the evidence; ``semantic_skipped`` when the server runs dummy weights."""
+
+    passed: bool
+    checks: tuple[GateCheck, ...]
+    semantic_skipped: bool = False
+
+    def summary(self) -> str:
+        """One line: the first failing check, or 'passed'."""
+        for check in self.checks:
+            if not check.ok:
+                return f"{check.reason}: prompt {check.prompt!r} got {check.got[:80]!r}"
+        return "passed" + (" (semantic checks skipped: dummy weights)" if self.semantic_skipped else "")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """The metrics of one benchmark run (see docs/metrics.md). ``tok_s`` is tok/s@C (median of windows)."""
+
+    tok_s: float
+    window_tok_s: tuple[float, ...]
+    request_throughput: float
+    per_user_tok_s: float
+    ttft_ms: dict[str, float]
+    tpot_ms: dict[str, float]
+    itl_ms: dict[str, float]
+    e2e_ms: dict[str, float]
+    completed: int
+    failed: int
+    output_tokens: int
+    achieved_concurrency: float
+    concurrency: int
+    held_concurrency: bool
+    accept_length: float | None
+    duration_s: float
+    errors: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of every metric."""
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which server program to launch: real SGLang, or the simulated engine with a scenario file."""
+
+    kind: str = "sglang"  # sglang | sim
+    python: str = "python3"
+    scenario: str | None = None
+    sglang_version: str | None = None
+
+    @property
+    def module(self) -> str:
+        """The module run with ``python -m``."""
+        return "workers.sim" if self.kind == "sim" else "sglang.launch_server"
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a GPU-group actor needs to run one trial."""
+
+    trial_number: int
+    config: Config
+    engine: EngineSpec
+    bench: BenchConfig
+    gate: GateConfig
+    startup_timeout_s: float = 900.0
+    log_dir: str = "tuner-runs"
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """The exact argv and extra environment of one server launch."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What a trial produced: metrics or a failure kind with the log lines that explain it."""
+
+    trial_number: int
+    config_key: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    sglang_version: str
+    node: str
+    gpu_ids: tuple[str, ...]
+    started_at: float
+    finished_at: float
+    startup_s: float | None = None
+    bench: BenchResult | None = None
+    gate: GateResult | None = None
+    failure_kind: FailureKind | None = None
+    failure_reason: str = ""
+    log_tail: str = ""
+    server_log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the trial produced a valid measurement."""
+        return self.failure_kind is None and self.bench is not None
