@@ -20,3 +20,37 @@ def write_yaml(tmp_path: Path):  # type: ignore[no-untyped-def]
         return path
 
     return write
+
+
+def start_sim(scenario: Path | str, flags: dict[str, object], log_dir: Path, env: dict[str, str] | None = None,
+              wait: bool = True, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+    """Launch the simulated engine like the tuner does (render + ServerProcess); optionally wait ready."""
+    import sys
+
+    from tuner.flags import FlagTable
+    from tuner.render import render
+    from workers.server import ServerProcess, free_port
+    from workers.types import Config, EngineSpec
+
+    port = free_port()
+    engine = EngineSpec(kind="sim", python=sys.executable, scenario=str(scenario))
+    cmd = render(Config(params={}, flags=dict(flags), env=dict(env or {})), FlagTable.bundled(), engine,
+                 host="127.0.0.1", port=port)
+    server = ServerProcess(cmd, log_dir / f"sim-{port}.log", url=f"http://127.0.0.1:{port}")
+    server.start()
+    if wait:
+        server.wait_ready(timeout_s)
+    return server
+
+
+def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` until it returns a truthy value (returned) or fail the test at the deadline."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")

@@ -126,6 +126,7 @@ class BenchResult:
     held_concurrency: bool
     accept_length: float | None
     duration_s: float
+    spread: float = 0.0
     errors: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,0 +1,257 @@
+"""The simulated SGLang engine as a real subprocess over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import SCENARIOS, start_sim, wait_for
+from tuner.errors import ServerStartError, ServerTimeoutError
+from workers.bench import run_benchmark
+from workers.sim.args import build_parser, options_by_dest
+from workers.sim.scenario import evaluate, load_scenario
+from workers.types import BenchConfig
+
+FAST = SCENARIOS / "fast-test.yaml"
+SEED = SCENARIOS / "deepseek-v4-flash-8x-rtx-pro-6000.yaml"
+
+FAILING = """
+name: failing
+time_scale: 100
+base: {tok_s_c16: 100.0, ttft_ms: 100, startup_s: 30}
+failures:
+  - {match: {moe_runner_backend: flashinfer_trtllm}, at: startup, exit_code: 137,
+     log: "NotImplementedError: trtllm-gen MoE kernels require an SM100 GPU"}
+  - {match: {speculative_algorithm: MTP}, at: startup, exit_code: 1,
+     log: "ValueError: Unknown speculative algorithm name: MTP"}
+  - {match: {cuda_graph_max_bs: 64}, at: startup, exit_code: 137,
+     log: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}
+  - {match: {moe_runner_backend: triton}, at: warmup, log: "RuntimeError: warmup request failed"}
+  - {match: {moe_runner_backend: cutlass}, at: runtime, after_requests: 3,
+     log: "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:3385, unhandled cuda error"}
+  - {match: {moe_runner_backend: deep_gemm}, at: hang}
+  - {match: {moe_runner_backend: marlin}, at: output}
+responses:
+  - {prompt: "17\\\\*23", text: "391"}
+"""
+
+
+@pytest.fixture
+def failing(tmp_path: Path) -> Path:
+    path = tmp_path / "failing.yaml"
+    path.write_text(FAILING)
+    return path
+
+
+def test_readiness_sequence_and_log_lines(tmp_path: Path) -> None:
+    server = start_sim(SEED, {"model_path": "/models/DeepSeek-V4-Flash-NVFP4"}, tmp_path, wait=False)
+    try:
+        seen: set[int] = set()
+
+        def probe() -> bool:
+            try:
+                code = httpx.get(server.url + "/ready", timeout=2).status_code
+                health = httpx.get(server.url + "/health", timeout=2).status_code
+            except httpx.ConnectError:
+                seen.add(0)
+                return False
+            seen.add(code)
+            assert health == code
+            return code == 200
+
+        wait_for(probe, 30, "the simulated server to become ready")
+        assert seen >= {0, 503, 200}, "port closed while loading, then 503 during warm-up, then 200"
+        info = httpx.get(server.url + "/server_info").json()
+        assert info["version"] == "0.5.23" and info["tp_size"] == 1
+        assert httpx.get(server.url + "/get_server_info").status_code == 200
+        assert httpx.get(server.url + "/model_info").json()["model_path"] == "/models/DeepSeek-V4-Flash-NVFP4"
+        assert httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == "/models/DeepSeek-V4-Flash-NVFP4"
+        log = server.read_log()
+        order = ["Load weight begin", "Load weight end", "Capture cuda graph begin", "Capture cuda graph end",
+                 "max_total_num_tokens=", "The server is fired up and ready to roll!"]
+        positions = [log.index(marker) for marker in order]
+        assert positions == sorted(positions)
+    finally:
+        server.stop()
+    assert not server.alive()
+
+
+def test_sse_framing_byte_for_byte(tmp_path: Path) -> None:
+    with_spec = {"model_path": "/m", "speculative_algorithm": "EAGLE"}
+    server = start_sim(FAST, with_spec, tmp_path)
+    try:
+        body = {"input_ids": list(range(10, 42)), "stream": True,
+                "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+        raw = httpx.post(server.url + "/generate", json=body, timeout=30).content
+        assert raw.endswith(b"data: [DONE]\n\n")
+        frames = raw.split(b"\n\n")
+        assert frames[-1] == b"" and frames[-2] == b"data: [DONE]"
+        events = []
+        for frame in frames[:-2]:
+            assert frame.startswith(b"data: ") and b"\n" not in frame
+            events.append(json.loads(frame[6:]))
+        prev_text, prev_ids = "", []
+        for ev in events:
+            assert ev["text"].startswith(prev_text) and ev["output_ids"][: len(prev_ids)] == prev_ids
+            assert ev["meta_info"]["completion_tokens"] == len(ev["output_ids"])
+            assert ev["meta_info"]["prompt_tokens"] == 32
+            prev_text, prev_ids = ev["text"], ev["output_ids"]
+        last = events[-1]["meta_info"]
+        assert last["completion_tokens"] == 200
+        assert last["finish_reason"] == {"type": "length", "length": 200}
+        assert "e2e_latency" in last and last["spec_verify_ct"] > 0
+        assert all(ev["meta_info"]["finish_reason"] is None for ev in events[:-1])
+        # speculative decoding: chunks carry several tokens; accept length reported like SGLang
+        assert len(events) < 200 / 1.5
+        assert 2.0 < last["spec_accept_length"] < 2.8
+    finally:
+        server.stop()
+
+
+def test_openai_streams_with_usage(tmp_path: Path) -> None:
+    server = start_sim(FAST, {"model_path": "/m"}, tmp_path)
+    try:
+        for path, extra in (("/v1/completions", {"prompt": "hello there", "max_tokens": 20}),
+                            ("/v1/chat/completions",
+                             {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 20})):
+            body = {**extra, "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+            lines = [ln for ln in httpx.post(server.url + path, json=body, timeout=30).text.split("\n\n") if ln]
+            assert lines[-1] == "data: [DONE]"
+            usage_chunk = json.loads(lines[-2][6:])
+            assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 20
+            first = json.loads(lines[0][6:])
+            key = "delta" if "chat" in path else "text"
+            assert key in first["choices"][0]
+        bad = httpx.post(server.url + "/generate", json={"sampling_params": {}})
+        assert bad.status_code == 400 and "error" in bad.json()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("flags", "kind", "line"), [
+    ({"moe_runner_backend": "flashinfer_trtllm"}, "unsupported", "trtllm-gen MoE kernels require an SM100"),
+    ({"speculative_algorithm": "EAGLE", "moe_runner_backend": "auto", "cuda_graph_max_bs": 64}, "oom",
+     "torch.OutOfMemoryError"),
+    ({"moe_runner_backend": "triton"}, "crashed", "Initialization failed. warmup error"),
+])
+def test_startup_failures_are_classified(flags: dict[str, object], kind: str, line: str,
+                                         failing: Path, tmp_path: Path) -> None:
+    server = start_sim(failing, {"model_path": "/m", **flags}, tmp_path, wait=False)
+    with pytest.raises(ServerStartError) as info:
+        server.wait_ready(30)
+    assert info.value.kind == kind
+    assert line in info.value.log_tail
+    assert not server.alive()
+
+
+def test_exit_codes_match_sglang(failing: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "workers.sim", "--sim-scenario", str(failing),
+                               "--model-path", "/m", *args], capture_output=True, text=True, timeout=60)
+
+    bad = run("--moe-runner-backend", "marlinn")
+    assert bad.returncode == 2 and "invalid choice: 'marlinn'" in bad.stderr
+    ambiguous = run("--cuda-graph-max-bs", "8")
+    assert ambiguous.returncode == 2 and "ambiguous option: --cuda-graph-max-bs" in ambiguous.stderr
+    config = run("--speculative-algorithm", "MTP")
+    assert config.returncode == 1 and "Unknown speculative algorithm name: MTP" in config.stderr
+    oom = run("--cuda-graph-max-bs-decode", "64")
+    assert oom.returncode == -9 and "Received sigquit from a child process" in oom.stderr
+
+
+def test_runtime_death_after_n_requests(failing: Path, tmp_path: Path) -> None:
+    server = start_sim(failing, {"model_path": "/m", "moe_runner_backend": "cutlass"}, tmp_path)
+    for _ in range(3):
+        httpx.post(server.url + "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 4}})
+    wait_for(lambda: not server.alive(), 20, "the server to die")
+    assert server.exit_code() == -9
+    assert "NCCL error" in server.read_log()
+    server.stop()
+
+
+def test_hang_never_becomes_ready(failing: Path, tmp_path: Path) -> None:
+    server = start_sim(failing, {"model_path": "/m", "moe_runner_backend": "deep_gemm"}, tmp_path, wait=False)
+    with pytest.raises(ServerTimeoutError) as info:
+        server.wait_ready(3)
+    assert info.value.kind == "startup_timeout"
+    assert not server.alive()
+
+
+def test_garbage_output_and_answers(failing: Path, tmp_path: Path) -> None:
+    healthy = start_sim(failing, {"model_path": "/m"}, tmp_path)
+    broken = start_sim(failing, {"model_path": "/m", "moe_runner_backend": "marlin"}, tmp_path)
+    try:
+        body = {"text": "What is 17*23?", "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+        assert httpx.post(healthy.url + "/generate", json=body).json()["text"] == "391"
+        garbage = httpx.post(broken.url + "/generate", json=body).json()
+        assert set(garbage["output_ids"]) == {0} and len(garbage["output_ids"]) == 16
+    finally:
+        healthy.stop()
+        broken.stop()
+
+
+def _options(argv: list[str]) -> dict[str, object]:
+    return options_by_dest(build_parser().parse_args(argv))
+
+
+def test_seeded_noise_is_reproducible(tmp_path: Path) -> None:
+    scenario = load_scenario(SEED)
+    a = evaluate(scenario, _options(["--model-path", "/models/DeepSeek-V4-Flash-NVFP4"]), {})
+    b = evaluate(scenario, _options(["--model-path", "/models/DeepSeek-V4-Flash-NVFP4"]), {})
+    c = evaluate(scenario, _options(["--model-path", "/models/DeepSeek-V4-Flash-NVFP4", "--ep-size", "2"]), {})
+    assert a.noise_factor == b.noise_factor != 1.0
+    assert c.noise_factor != a.noise_factor
+    reseeded = scenario.model_copy(update={"noise": scenario.noise.model_copy(update={"seed": 99})})
+    assert evaluate(reseeded, _options(["--model-path", "/models/DeepSeek-V4-Flash-NVFP4"]), {}).noise_factor \
+        != a.noise_factor
+    server = start_sim(SEED, {"model_path": "/models/DeepSeek-V4-Flash-NVFP4"}, tmp_path)
+    try:
+        sim = httpx.get(server.url + "/server_info").json()["simulated"]
+        assert sim["modelled_tok_s_c16"] == pytest.approx(a.tok_s_c16 * a.noise_factor)
+    finally:
+        server.stop()
+
+
+def test_seed_scenario_figures() -> None:
+    scenario = load_scenario(SEED)
+
+    def model(*argv: str) -> float:
+        return evaluate(scenario, _options(["--model-path", *argv]), {}).tok_s_c16
+
+    assert model("/models/DeepSeek-V4-Flash") == pytest.approx(23.0)
+    assert model("/models/DeepSeek-V4-Flash-NVFP4", "--moe-runner-backend", "marlin") == pytest.approx(28.7, 0.01)
+    nvfp4_marlin = evaluate(scenario, _options(["--model-path", "/models/DeepSeek-V4-Flash-NVFP4",
+                                                "--moe-runner-backend", "marlin"]), {})
+    assert nvfp4_marlin.ttft_ms == pytest.approx(332, abs=2) and nvfp4_marlin.startup_s == pytest.approx(175)
+    triton = evaluate(scenario, _options(["--model-path", "/models/DeepSeek-V4-Flash-NVFP4",
+                                          "--moe-runner-backend", "triton"]), {})
+    assert triton.startup_s == pytest.approx(100)
+    mxfp4_marlin = evaluate(scenario, _options(["--model-path", "/models/DeepSeek-V4-Flash",
+                                                "--moe-runner-backend", "marlin"]), {})
+    assert mxfp4_marlin.failure is not None and mxfp4_marlin.failure.at == "output"
+    ll = evaluate(scenario, _options(["--model-path", "/models/DeepSeek-V4-Flash"]), {"NCCL_PROTO": "LL"})
+    assert ll.tok_s_c16 == pytest.approx(23.0)
+    assert model("/models/DeepSeek-V4-Flash", "--ep-size", "4") < 23.0
+
+
+def test_closed_loop_c16_matches_the_model_within_3_percent(tmp_path: Path) -> None:
+    scenario_path = tmp_path / "steady.yaml"
+    scenario_path.write_text("name: steady\ntime_scale: 100\nbase: {tok_s_c16: 30.0, ttft_ms: 300, "
+                             "startup_s: 10}\nnoise: {cv: 0}\n")
+    server = start_sim(scenario_path, {"model_path": "/m"}, tmp_path)
+    try:
+        cfg = BenchConfig(concurrency=16, input_len=256, output_len=256, warmup_s=1.0, duration_s=5.0)
+        result = asyncio.run(run_benchmark(server.url, cfg))
+        scenario = load_scenario(scenario_path)
+        outcome = evaluate(scenario, _options(["--model-path", "/m"]), {})
+        expected = outcome.expected_tok_s(16, 256, scenario.saturation_c) * scenario.time_scale
+        assert result.tok_s == pytest.approx(expected, rel=0.03)
+        assert result.held_concurrency
+    finally:
+        server.stop()

@@ -1,0 +1,195 @@
+"""One inference-server process: launch, readiness, failure detection, teardown.
+
+The server is a plain ``Popen`` child in the caller's process group (never ``setsid``: Ray's
+per-worker process-group cleanup must be able to reap it) with ``PR_SET_PDEATHSIG`` so it gets
+SIGTERM if its parent dies. ``stop()`` is idempotent: SIGTERM to the whole process tree, a grace
+period, SIGKILL to what is left; optionally a sweep of orphans left in our own process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from tuner.errors import ServerStartError, ServerTimeoutError
+from workers.failures import FATAL_LINES, classify, reason_line
+from workers.types import FailureKind, LaunchCommand
+
+READY_LINE = "The server is fired up and ready to roll!"
+PR_SET_PDEATHSIG = 1
+
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:  # not Linux
+    _LIBC = None
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on ``host``."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """A launched server. Use as a context manager or call ``stop()`` yourself."""
+
+    def __init__(self, cmd: LaunchCommand, log_path: str | Path, *, url: str,
+                 sweep_process_group: bool = False) -> None:
+        self.cmd = cmd
+        self.url = url
+        self.log_path = Path(log_path)
+        self.sweep_process_group = sweep_process_group
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self._log_offset = 0
+
+    def start(self) -> None:
+        """Spawn the server (stdout+stderr to the log file)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.cmd.env}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(list(self.cmd.argv), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        """The server's PID once started."""
+        return self.proc.pid if self.proc else None
+
+    def read_log(self, max_bytes: int = 2_000_000) -> str:
+        """The log (its last ``max_bytes``)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the log."""
+        return "\n".join(self.read_log(200_000).splitlines()[-lines:])
+
+    def _new_log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                chunk = f.read()
+        except OSError:
+            return ""
+        self._log_offset += len(chunk)
+        return chunk.decode(errors="replace")
+
+    def _fail(self, exc_type: type[ServerStartError] | type[ServerTimeoutError], message: str,
+              kind: FailureKind | None = None) -> None:
+        code = self.proc.poll() if self.proc else None
+        log = self.read_log(200_000)
+        tail = self.log_tail()
+        self.stop()
+        raise exc_type(message, kind=(kind or classify(code, log)).value, log_tail=tail)
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.2) -> float:
+        """Block until ``/ready`` (or ``/health_generate`` on old SGLang) answers 200; seconds taken.
+
+        Raises ServerStartError (exit or fatal log line) or ServerTimeoutError, after stopping the server.
+        """
+        assert self.proc is not None, "start() first"
+        deadline = self.started_at + timeout_s
+        probe = "/ready"
+        with httpx.Client(base_url=self.url, timeout=5.0) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    self._fail(ServerStartError, f"server exited with code {code} during startup: "
+                               f"{reason_line(self.read_log(200_000))}")
+                if FATAL_LINES.search(self._new_log()):
+                    time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))  # let it print the cause
+                    self._fail(ServerStartError, f"server failed during startup: "
+                               f"{reason_line(self.read_log(200_000))}")
+                with contextlib.suppress(httpx.HTTPError):
+                    resp = client.get(probe)
+                    if resp.status_code == 200:
+                        return time.monotonic() - self.started_at
+                    if resp.status_code == 404 and probe == "/ready":
+                        probe = "/health_generate"  # SGLang before /ready existed
+                if time.monotonic() > deadline:
+                    self._fail(ServerTimeoutError, f"server not ready after {timeout_s:g} s "
+                               f"(last log line: {reason_line(self.read_log(200_000))})",
+                               FailureKind.STARTUP_TIMEOUT)
+                time.sleep(poll_s)
+
+    def alive(self) -> bool:
+        """True while the server process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        """The exit code once the server has exited."""
+        return self.proc.poll() if self.proc else None
+
+    def tree(self) -> list[psutil.Process]:
+        """The server and all its descendants that are still alive."""
+        if self.proc is None:
+            return []
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Terminate the whole process tree (idempotent); returns when every process is gone."""
+        procs = self.tree()
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=grace_s)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        if self.sweep_process_group:
+            sweep_orphans()
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def sweep_orphans() -> list[int]:
+    """Kill orphans (re-parented to init) in our own process group, only if we lead that group.
+
+    Ray workers lead their own group, so this reaches only what this worker started.
+    """
+    me = os.getpid()
+    if os.getpgid(0) != me:
+        return []
+    killed = []
+    for p in psutil.process_iter(["pid", "ppid"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if p.pid != me and os.getpgid(p.pid) == me and p.info["ppid"] in (0, 1):
+                p.kill()
+                killed.append(p.pid)
+    return killed

@@ -1,0 +1,232 @@
+"""Scenario files: how a simulated SGLang deployment performs and fails (format: docs/simulator.md).
+
+A scenario has base figures (aggregate decode tok/s at 16 concurrent streams, TTFT, startup
+time), *effects* that change them when their ``match`` holds, *failures* that fire when theirs
+holds, seeded noise and a ``time_scale``. Matching sees SGLang's parsed options by dest name
+(defaults included, so ``ep_size: 1`` matches an unset ``--ep-size``) and ``env.VAR`` keys.
+
+Value patterns: a scalar matches equal values; a string with ``* ? [`` is a glob; ``<16``,
+``<=16``, ``>48``, ``>=32``, ``!=x`` compare; a list matches any of its patterns; ``null`` matches
+an unset option. Effect values: a number multiplies; ``"+75"``/``"-20"`` add; ``"=30"`` sets.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tuner.errors import ConfigError
+
+Pattern = str | int | float | bool | None | list[str | int | float | bool | None]
+Adjust = float | str
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuSpec(_Strict):
+    """The modelled hardware."""
+
+    name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    arch: str = "sm_120"
+    count: Annotated[int, Field(ge=1)] = 8
+    memory_gb: float = 96.0
+    driver: str = "580.95.05"
+
+
+class BaseFigures(_Strict):
+    """Figures of the configuration with no effect applied."""
+
+    tok_s_c16: Annotated[float, Field(gt=0)]
+    ttft_ms: Annotated[float, Field(ge=0)] = 500.0
+    startup_s: Annotated[float, Field(ge=0)] = 120.0
+    accept_len: Annotated[float, Field(ge=1)] = 1.0
+
+
+class Effect(_Strict):
+    """When ``match`` holds: adjust throughput, TTFT, startup time, speculative accept length."""
+
+    match: dict[str, Pattern]
+    tok_s: Adjust | None = None
+    ttft_ms: Adjust | None = None
+    startup_s: Adjust | None = None
+    accept_len: Adjust | None = None
+    note: str = ""
+
+
+class FailureRule(_Strict):
+    """When ``match`` holds the server fails ``at`` a phase, printing ``log`` and exiting ``exit_code``."""
+
+    match: dict[str, Pattern]
+    at: Literal["startup", "warmup", "runtime", "output", "hang"]
+    log: str = ""
+    exit_code: int | None = None
+    after_requests: Annotated[int, Field(ge=0)] = 0
+    note: str = ""
+
+
+class Noise(_Strict):
+    """Multiplicative log-normal noise on throughput, fixed per (seed, configuration)."""
+
+    cv: Annotated[float, Field(ge=0)] = 0.0
+    seed: int = 0
+
+
+class Response(_Strict):
+    """What the simulated model answers to prompts matching ``prompt`` (a regex)."""
+
+    prompt: str
+    text: str
+
+
+class Scenario(_Strict):
+    """A whole scenario file."""
+
+    name: str
+    description: str = ""
+    sglang_version: str = "0.5.23"
+    gpu: GpuSpec = Field(default_factory=GpuSpec)
+    time_scale: Annotated[float, Field(gt=0)] = 1.0
+    saturation_c: Annotated[float, Field(gt=0)] = 48.0
+    base: BaseFigures
+    effects: list[Effect] = Field(default_factory=list)
+    failures: list[FailureRule] = Field(default_factory=list)
+    noise: Noise = Field(default_factory=Noise)
+    responses: list[Response] = Field(default_factory=list)
+
+    def env_keys(self) -> list[str]:
+        """The environment variables some rule looks at (only these influence the outcome)."""
+        keys = {k[4:] for rule in [*self.effects, *self.failures] for k in rule.match if k.startswith("env.")}
+        return sorted(keys)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The modelled behaviour of one configuration (hardware time, not scaled)."""
+
+    tok_s_c16: float
+    ttft_ms: float
+    startup_s: float
+    accept_len: float
+    failure: FailureRule | None
+    noise_factor: float
+
+    def decode_tok_s(self, concurrency: float, saturation_c: float) -> float:
+        """Aggregate decode tok/s with ``concurrency`` requests in the server (base value at 16)."""
+        def g(c: float) -> float:
+            return c / (1.0 + c / saturation_c)
+
+        return self.tok_s_c16 * self.noise_factor * g(max(concurrency, 1.0)) / g(16.0)
+
+    def expected_tok_s(self, concurrency: int, output_len: int, saturation_c: float) -> float:
+        """What a closed-loop benchmark measures: decode rate discounted by the TTFT of each request."""
+        per_stream = self.decode_tok_s(concurrency, saturation_c) / concurrency
+        cycle = self.ttft_ms / 1000.0 + (output_len - 1) / per_stream
+        return concurrency * output_len / cycle
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario; ConfigError (one line, key path) on any problem."""
+    from tuner.space_file import format_validation_error
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read scenario: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(str(p), exc)) from exc
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def matches_value(pattern: Any, value: Any) -> bool:
+    """Does one option value match one pattern (see module docstring)?"""
+    if isinstance(pattern, list):
+        return any(matches_value(p, value) for p in pattern)
+    if pattern is None:
+        return value is None
+    if value is None:
+        return False
+    if isinstance(pattern, bool) or isinstance(value, bool):
+        return str(pattern).lower() == str(value).lower()
+    if isinstance(pattern, str):
+        for op in ("<=", ">=", "!=", "<", ">"):
+            if pattern.startswith(op):
+                rhs = pattern[len(op):].strip()
+                a, b = _num(value), _num(rhs)
+                if op == "!=":
+                    return str(value) != rhs if a is None or b is None else a != b
+                if a is None or b is None:
+                    return False
+                return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        if any(ch in pattern for ch in "*?["):
+            return fnmatch.fnmatchcase(str(value), pattern)
+        return str(value) == pattern
+    a = _num(value)
+    return a is not None and a == float(pattern)
+
+
+def rule_matches(match: dict[str, Any], options: dict[str, Any], env: dict[str, str]) -> bool:
+    """All keys of ``match`` hold for these parsed options (by dest) and environment."""
+    for key, pattern in match.items():
+        value = env.get(key[4:]) if key.startswith("env.") else options.get(key)
+        if not matches_value(pattern, value):
+            return False
+    return True
+
+
+def _adjust(current: float, how: Adjust | None) -> float:
+    if how is None:
+        return current
+    if isinstance(how, int | float):
+        return current * float(how)
+    text = how.strip()
+    if text.startswith("="):
+        return float(text[1:])
+    if text.startswith(("+", "-")):
+        return current + float(text)
+    if text.startswith(("x", "*")):
+        return current * float(text[1:])
+    return current * float(text)
+
+
+def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str]) -> Outcome:
+    """The modelled outcome of a configuration, from parsed options (dest names, defaults filled)."""
+    tok_s, ttft, startup, accept = (scenario.base.tok_s_c16, scenario.base.ttft_ms,
+                                    scenario.base.startup_s, scenario.base.accept_len)
+    for effect in scenario.effects:
+        if rule_matches(effect.match, options, env):
+            tok_s = _adjust(tok_s, effect.tok_s)
+            ttft = _adjust(ttft, effect.ttft_ms)
+            startup = _adjust(startup, effect.startup_s)
+            accept = _adjust(accept, effect.accept_len)
+    failure = next((f for f in scenario.failures if rule_matches(f.match, options, env)), None)
+    noise = 1.0
+    if scenario.noise.cv > 0:
+        ident = repr(sorted((k, str(v)) for k, v in options.items()
+                            if k not in ("host", "port", "sim_scenario")))
+        ident += repr(sorted((k, env[k]) for k in scenario.env_keys() if k in env))
+        seed = int(hashlib.sha256(f"{scenario.noise.seed}:{ident}".encode()).hexdigest()[:12], 16)
+        sigma = math.sqrt(math.log(1 + scenario.noise.cv ** 2))
+        noise = random.Random(seed).lognormvariate(-sigma * sigma / 2, sigma)
+    return Outcome(tok_s_c16=max(tok_s, 1e-6), ttft_ms=max(ttft, 0.0), startup_s=max(startup, 0.0),
+                   accept_len=max(accept, 1.0), failure=failure, noise_factor=noise)
