@@ -73,6 +73,41 @@ def render(
     _run(go)
 
 
+@app.command()
+def bench(
+    url: Annotated[str, typer.Option(help="Base URL of a running SGLang server.")],
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent streams (closed loop).")] = 16,
+    input_len: Annotated[int, typer.Option(min=1, help="Input tokens per request.")] = 1024,
+    output_len: Annotated[int, typer.Option(min=2, help="Output tokens per request (ignore_eos).")] = 256,
+    warmup: Annotated[float, typer.Option(min=0, help="Seconds of warm-up, not counted.")] = 20.0,
+    duration: Annotated[float, typer.Option(min=0.1, help="Seconds of the measurement window.")] = 60.0,
+    repeats: Annotated[int, typer.Option(min=1, help="Consecutive windows (median and spread).")] = 1,
+    api: Annotated[str, typer.Option(help="generate (native) or completions (OpenAI).")] = "generate",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
+) -> None:
+    """Benchmark any running SGLang server: decode tok/s at concurrency C and latency percentiles."""
+    import asyncio
+    import json
+
+    from tuner.errors import ConfigError
+    from tuner.views import print_bench
+    from workers.bench import run_benchmark
+    from workers.types import BenchConfig
+
+    def go() -> None:
+        if api not in ("generate", "completions"):
+            raise ConfigError(f"--api {api!r}: use generate or completions")
+        cfg = BenchConfig(concurrency=concurrency, input_len=input_len, output_len=output_len,
+                          warmup_s=warmup, duration_s=duration, repeats=repeats, api=api)
+        result = asyncio.run(run_benchmark(url.rstrip("/"), cfg))
+        if as_json:
+            print(json.dumps(result.as_dict(), indent=2))
+        else:
+            print_bench(console, result, url)
+
+    _run(go)
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="tuner")

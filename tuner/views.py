@@ -48,3 +48,31 @@ def fmt_num(value: Any, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def bench_table(result: Any, title: str) -> Table:
+    """The metrics of one benchmark run."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    for col in ("mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="right")
+    for name, stats in (("TTFT (ms)", result.ttft_ms), ("TPOT (ms)", result.tpot_ms),
+                        ("ITL (ms)", result.itl_ms), ("E2E (ms)", result.e2e_ms)):
+        table.add_row(name, *(fmt_num(stats[k], 2) for k in ("mean", "p50", "p90", "p99")))
+    return table
+
+
+def print_bench(console: Console, result: Any, url: str) -> None:
+    """What `tuner bench` prints."""
+    windows = ", ".join(f"{v:.1f}" for v in result.window_tok_s)
+    console.print(f"[bold]tok/s@C{result.concurrency}: {result.tok_s:.2f}[/bold]  (windows: {windows}; "
+                  f"spread {result.spread:.1%})")
+    held = "held" if result.held_concurrency else "[red]NOT held[/red]"
+    console.print(f"achieved concurrency {result.achieved_concurrency:.2f} ({held}); "
+                  f"{result.completed} requests completed, {result.failed} failed; "
+                  f"{result.request_throughput:.2f} req/s; per-user {result.per_user_tok_s:.2f} tok/s")
+    if result.accept_length:
+        console.print(f"speculative accept length (this run): {result.accept_length:.2f}")
+    console.print(bench_table(result, url))
+    for err in result.errors:
+        console.print(f"  error: {err}", markup=False)

@@ -69,6 +69,11 @@ def tokens_in(records: list[Record], lo: float, hi: float) -> int:
     return total
 
 
+def chunks_in(records: list[Record], lo: float, hi: float) -> int:
+    """Stream events that carried tokens in [lo, hi) (what a chunk-counting client would report)."""
+    return sum(1 for rec in records for t, _ in rec.events if lo <= t < hi)
+
+
 def itl_samples(records: list[Record], lo: float, hi: float) -> list[float]:
     """Per-token inter-token latencies (seconds) for events in [lo, hi)."""
     out: list[float] = []

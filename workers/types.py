@@ -121,6 +121,7 @@ class BenchResult:
     completed: int
     failed: int
     output_tokens: int
+    output_chunks: int
     achieved_concurrency: float
     concurrency: int
     held_concurrency: bool
