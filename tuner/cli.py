@@ -15,14 +15,17 @@ from tuner.errors import TunerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest SGLang launch configuration for a model on your GPUs.")
-console = Console()
-err_console = Console(stderr=True)
+console = Console(width=None if sys.stdout.isatty() else 180)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 F = TypeVar("F", bound=Callable[..., Any])
 
 SpaceArg = Annotated[Path, typer.Argument(help="Search-space YAML file.")]
 
 
 def _run(fn: Callable[[], Any]) -> Any:
+    import logging
+
+    logging.getLogger("optuna").setLevel(logging.WARNING)
     try:
         return fn()
     except TunerError as exc:
@@ -104,6 +107,88 @@ def bench(
             print(json.dumps(result.as_dict(), indent=2))
         else:
             print_bench(console, result, url)
+
+    _run(go)
+
+
+def _demo_space() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("search_spaces").joinpath("demo-sim.yaml")))
+
+
+DbOpt = Annotated[Path, typer.Option("--db", help="Sweep database (SQLite).")]
+StudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the latest).")]
+
+
+@app.command()
+def sweep(
+    space: Annotated[Path | None, typer.Option(help="Search-space YAML (default: the bundled no-GPU demo).")]
+    = None,
+    budget: Annotated[int, typer.Option(min=1, help="Distinct configurations to launch.")] = 40,
+    db: DbOpt = Path("tuner.db"),
+    study: Annotated[str | None, typer.Option(help="Study name (default: the space's name).")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: a local Ray).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs of the local Ray (fake ones for the simulator).")]
+    = None,
+    groups: Annotated[int | None, typer.Option(min=1, help="At most this many GPU groups.")] = None,
+    sglang_python: Annotated[str | None, typer.Option(help="Python that has SGLang on the GPU nodes.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+) -> None:
+    """Launch, benchmark and rank SGLang configurations until the budget is spent (resumable)."""
+    import signal
+
+    from tuner.live import SweepView
+    from tuner.results import load_results
+    from tuner.study import Sweep, SweepInterrupted, SweepOptions
+    from tuner.views import print_summary
+
+    if space is None:
+        space = _demo_space()
+        console.print(f"no --space given: running the bundled no-GPU demo ({space})", markup=False)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    opts = SweepOptions(space_path=str(space), db_path=str(db), study_name=study, budget=budget,
+                        address=address, gpus=gpus, max_groups=groups, sglang_python=sglang_python, seed=seed)
+
+    def go() -> None:
+        runner = Sweep(opts, lambda name, b, scale: SweepView(console, name, b, scale))
+        try:
+            done = runner.run()
+        except (SweepInterrupted, KeyboardInterrupt):
+            err_console.print("interrupted: servers stopped; run the same command again to finish the budget")
+            raise typer.Exit(130) from None
+        print_summary(console, load_results(db, done.study_name))
+
+    _run(go)
+
+
+@app.command()
+def show(
+    db: DbOpt = Path("tuner.db"),
+    study: StudyOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every trial as JSON.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Show at most N trials.")] = None,
+) -> None:
+    """List a sweep's trials sorted by tok/s@C16, with failures and their reasons."""
+    import json
+    from dataclasses import asdict
+
+    from tuner.results import load_results
+    from tuner.views import print_summary, runs_table
+
+    def go() -> None:
+        results = load_results(db, study)
+        if as_json:
+            rows = [{k: v for k, v in asdict(r).items() if k != "log_tail"} for r in results.ranked()]
+            print(json.dumps({"study": results.sweep.study_name, "time_scale": results.sweep.time_scale,
+                              "trials": rows}, indent=2, default=str))
+            return
+        console.print(runs_table(results, limit))
+        print_summary(console, results)
 
     _run(go)
 

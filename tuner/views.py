@@ -40,7 +40,7 @@ def print_validation(console: Console, space: SearchSpace, version: str, arch: s
                   f"[bold]{size}[/bold] configurations after {len(space.forbid)} forbid rule(s)"
                   f" and hardware rules")
     for pruned in space.pruned:
-        console.print(f"  pruned {pruned.param}: {pruned.reason}", soft_wrap=True)
+        console.print(f"  pruned {pruned.reason}", soft_wrap=True)
 
 
 def fmt_num(value: Any, digits: int = 1) -> str:
@@ -76,3 +76,56 @@ def print_bench(console: Console, result: Any, url: str) -> None:
     console.print(bench_table(result, url))
     for err in result.errors:
         console.print(f"  error: {err}", markup=False)
+
+
+def _result_cell(run: Any, time_scale: float) -> str:
+    if run.tok_s is not None and run.status in ("ok", "cached"):
+        modelled = f" ({run.tok_s / time_scale:.2f})" if time_scale != 1 else ""
+        return f"{run.tok_s:.1f}{modelled}"
+    return "-"
+
+
+def runs_table(results: Any, limit: int | None = None) -> Table:
+    """`tuner show`: trials sorted by tok/s, failures with their kind and reason."""
+    sweep = results.sweep
+    scale = sweep.time_scale or 1.0
+    title = f"study {sweep.study_name}: {len(results.runs)} trials ({sweep.engine}, SGLang {sweep.sglang_version}, " \
+            f"{sweep.gpu_count} x {sweep.gpu_name})"
+    table = Table(title=title, title_justify="left")
+    head = "tok/s@C16" + (f" (modelled, /{scale:g})" if scale != 1 else "")
+    for col in ("trial", "status", head, "TTFT p50 ms", "startup s", "config / reason"):
+        table.add_column(col)
+    for run in results.ranked()[:limit]:
+        ttft = (run.metrics or {}).get("ttft_ms", {}).get("p50")
+        what = ("baseline: " if run.baseline else "") + (
+            " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in run.params.items()) or "base settings")
+        if run.status not in ("ok", "cached") or run.tok_s is None:
+            what += f"\n[red]{run.failure_kind or run.status}[/red]: {run.failure_reason[:160]}"
+        status = run.status + (f" (= #{run.cached_from})" if run.cached_from is not None else "")
+        table.add_row(str(run.trial_number), status, _result_cell(run, scale), fmt_num(ttft),
+                      fmt_num(run.startup_s), what)
+    return table
+
+
+def print_summary(console: Console, results: Any) -> None:
+    """Best vs baseline, roofline share, failures by kind."""
+    sweep = results.sweep
+    best, base = results.best(), results.baseline()
+    scale = sweep.time_scale or 1.0
+    if best is None:
+        console.print("[red]no feasible configuration measured[/red]")
+    else:
+        line = f"best: trial {best.trial_number} at {_result_cell(best, scale)} tok/s@C16"
+        if base is not None and base.tok_s:
+            line += f", {best.tok_s / base.tok_s - 1:+.1%} vs baseline (trial {base.trial_number}, " \
+                    f"{_result_cell(base, scale)})"
+        elif base is not None:
+            line += f"; the baseline failed ({base.failure_kind})"
+        if sweep.roofline_tok_s and best.tok_s:
+            line += f"; {best.tok_s / scale / sweep.roofline_tok_s:.1%} of the {sweep.roofline_tok_s:g} tok/s roofline"
+        console.print(line)
+        console.print("  " + " ".join(f"{k}={v}" for k, v in best.params.items()), markup=False)
+    kinds = results.failures_by_kind()
+    if kinds:
+        console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
+    console.print(f"export it: tuner export --study {sweep.study_name} -o launch.sh", markup=False)

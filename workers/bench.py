@@ -19,6 +19,7 @@ import random
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -111,9 +112,12 @@ async def _one_request(client: httpx.AsyncClient, path: str, body: dict[str, Any
             rec.end = time.perf_counter()
 
 
-async def run_benchmark(url: str, cfg: BenchConfig,
-                        transport: httpx.AsyncBaseTransport | None = None) -> BenchResult:
-    """Benchmark the server at ``url``; BenchmarkError with the reason if no valid measurement."""
+async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTransport | None = None,
+                        on_phase: Callable[[str], None] | None = None) -> BenchResult:
+    """Benchmark the server at ``url``; BenchmarkError with the reason if no valid measurement.
+
+    ``on_phase`` is called with "warm-up" at the start and "measuring" when the window opens.
+    """
     rng = random.Random(cfg.seed)
     path, _ = _payload(cfg, [])
     timeout = httpx.Timeout(cfg.request_timeout_s, connect=min(10.0, cfg.request_timeout_s))
@@ -140,6 +144,9 @@ async def run_benchmark(url: str, cfg: BenchConfig,
                     abort.append(rec.error)
                 await asyncio.sleep(FAILURE_BACKOFF_S)
 
+    if on_phase is not None:
+        on_phase("warm-up")
+        asyncio.get_running_loop().call_later(cfg.warmup_s, on_phase, "measuring")
     async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout, limits=limits) as client:
         tasks = [asyncio.create_task(worker(client)) for _ in range(cfg.concurrency)]
         deadline = end - time.perf_counter()

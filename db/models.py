@@ -1,0 +1,68 @@
+"""SQLAlchemy 2.x schema of the tuner's own tables (prefixed ``tuner_`` beside Optuna's)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the tuner's tables."""
+
+
+class Sweep(Base):
+    """One sweep = one Optuna study: the space it ran and the hardware/software it ran on."""
+
+    __tablename__ = "tuner_sweeps"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+    space_path: Mapped[str] = mapped_column(Text)
+    space_text: Mapped[str] = mapped_column(Text)
+    engine: Mapped[str] = mapped_column(String(20))
+    sglang_version: Mapped[str] = mapped_column(String(50))
+    gpu_name: Mapped[str] = mapped_column(String(200))
+    gpu_arch: Mapped[str | None] = mapped_column(String(20))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    driver: Mapped[str] = mapped_column(String(50))
+    hosts: Mapped[list[str]] = mapped_column(JSON)
+    budget: Mapped[int] = mapped_column(Integer)
+    roofline_tok_s: Mapped[float | None] = mapped_column(Float)
+    time_scale: Mapped[float] = mapped_column(Float, default=1.0)
+
+
+class TrialRun(Base):
+    """One trial: what was launched, what happened, every metric, the evidence."""
+
+    __tablename__ = "tuner_trial_runs"
+    __table_args__ = (UniqueConstraint("sweep_id", "trial_number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("tuner_sweeps.id"), index=True)
+    trial_number: Mapped[int] = mapped_column(Integer)
+    config_key: Mapped[str] = mapped_column(String(32), index=True)
+    baseline: Mapped[bool] = mapped_column(Boolean, default=False)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    flags: Mapped[dict[str, Any]] = mapped_column(JSON)
+    argv: Mapped[list[str]] = mapped_column(JSON)
+    env: Mapped[dict[str, str]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(20))  # ok | infeasible | failed | cached | interrupted
+    failure_kind: Mapped[str | None] = mapped_column(String(30))
+    failure_reason: Mapped[str] = mapped_column(Text, default="")
+    log_tail: Mapped[str] = mapped_column(Text, default="")
+    server_log: Mapped[str] = mapped_column(Text, default="")
+    tok_s: Mapped[float | None] = mapped_column(Float)
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    startup_s: Mapped[float | None] = mapped_column(Float)
+    sglang_version: Mapped[str] = mapped_column(String(50), default="")
+    node: Mapped[str] = mapped_column(String(200), default="")
+    gpu_ids: Mapped[list[str]] = mapped_column(JSON, default=list)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    cached_from: Mapped[int | None] = mapped_column(Integer)

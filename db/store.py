@@ -1,0 +1,275 @@
+"""The store: a handful of methods over the tuner's tables; SQLAlchemy errors become StoreError.
+
+The database is one SQLite file in WAL mode with a 30 s busy timeout, shared with Optuna's
+RDBStorage and readable by optuna-dashboard while a sweep runs. Only the driver writes.
+Secrets never reach it: env values of ``*TOKEN*``/``*KEY*``/``*SECRET*`` variables and of secret
+options (``--api-key`` ...) are redacted, in argv, env and the server log.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import Base, Sweep, TrialRun
+from tuner.errors import StoreError
+from tuner.render import REDACTED, redact_env
+from workers.types import Config, TrialResult
+
+SECRET_OPTION = re.compile(r"api-key|token|secret|password", re.IGNORECASE)
+BUSY_TIMEOUT_S = 30.0
+MAX_LOG_CHARS = 1_000_000
+
+
+def sqlite_url(path: str | Path) -> str:
+    """The SQLAlchemy/Optuna URL of a database file."""
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def enable_wal(path: str | Path) -> None:
+    """Switch the file to WAL mode (persistent property of the file; creates it if missing)."""
+    try:
+        Path(path).resolve().parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S) as conn:
+            conn.execute("PRAGMA journal_mode=WAL").fetchone()
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open the database: {exc}") from exc
+
+
+def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """argv with the values of secret options (``--api-key X``) replaced."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("--") and SECRET_OPTION.search(arg):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+                continue
+            hide_next = True
+        out.append(arg)
+    return out
+
+
+def secret_values(argv: tuple[str, ...] | list[str], env: dict[str, str]) -> list[str]:
+    """The secret strings to scrub from logs."""
+    hidden = [v for k, v in env.items() if redact_env({k: v})[k] == REDACTED and v]
+    hidden += [a for a, r in zip(argv, redact_argv(argv), strict=True) if r == REDACTED and a != r]
+    return [h for h in hidden if len(h) >= 4]
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with every secret value replaced."""
+    for value in secrets:
+        text = text.replace(value, REDACTED)
+    return text
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """A sweep as read back."""
+
+    id: int
+    study_name: str
+    space_path: str
+    space_text: str
+    engine: str
+    sglang_version: str
+    gpu_name: str
+    gpu_arch: str | None
+    gpu_count: int
+    driver: str
+    hosts: list[str]
+    budget: int
+    roofline_tok_s: float | None
+    time_scale: float
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A trial run as read back."""
+
+    id: int
+    trial_number: int
+    config_key: str
+    baseline: bool
+    params: dict[str, Any]
+    flags: dict[str, Any]
+    argv: list[str]
+    env: dict[str, str]
+    status: str
+    failure_kind: str | None
+    failure_reason: str
+    log_tail: str
+    tok_s: float | None
+    metrics: dict[str, Any] | None
+    gate: dict[str, Any] | None
+    startup_s: float | None
+    sglang_version: str
+    node: str
+    gpu_ids: list[str]
+    started_at: datetime | None
+    finished_at: datetime | None
+    cached_from: int | None
+
+
+def _row(obj: Any, cls: type[Any]) -> Any:
+    return cls(**{f: getattr(obj, f) for f in cls.__dataclass_fields__})
+
+
+class Store:
+    """Sweeps and trial runs in one SQLite file (see module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        enable_wal(self.path)
+        self.engine: Engine = create_engine(sqlite_url(self.path),
+                                            connect_args={"timeout": BUSY_TIMEOUT_S})
+        event.listen(self.engine, "connect", _pragmas)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        with self._session() as s:
+            Base.metadata.create_all(s.get_bind())
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        session = self._sessions()
+        try:
+            yield session
+            session.commit()
+        except SQLAlchemyError as exc:
+            session.rollback()
+            raise StoreError(f"{self.path}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+        finally:
+            session.close()
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self.engine.dispose()
+
+    # ---- sweeps --------------------------------------------------------------------------------
+    def ensure_sweep(self, study_name: str, **fields: Any) -> SweepRow:
+        """The sweep named ``study_name``, created with ``fields`` if new (else fields are updated)."""
+        now = datetime.now(UTC).replace(tzinfo=None)
+        with self._session() as s:
+            sweep = s.scalar(select(Sweep).where(Sweep.study_name == study_name))
+            if sweep is None:
+                sweep = Sweep(study_name=study_name, created_at=now, updated_at=now, **fields)
+                s.add(sweep)
+            else:
+                for key, value in fields.items():
+                    setattr(sweep, key, value)
+                sweep.updated_at = now
+            s.flush()
+            return _row(sweep, SweepRow)  # type: ignore[no-any-return]
+
+    def sweep(self, study_name: str) -> SweepRow | None:
+        """The sweep of a study, or None."""
+        with self._session() as s:
+            sweep = s.scalar(select(Sweep).where(Sweep.study_name == study_name))
+            return _row(sweep, SweepRow) if sweep else None
+
+    def sweeps(self) -> list[SweepRow]:
+        """Every sweep, newest first."""
+        with self._session() as s:
+            return [_row(x, SweepRow) for x in s.scalars(select(Sweep).order_by(Sweep.updated_at.desc()))]
+
+    # ---- runs ----------------------------------------------------------------------------------
+    def record(self, sweep_id: int, result: TrialResult, config: Config, *, status: str,
+               baseline: bool = False, cached_from: int | None = None) -> RunRow:
+        """Write one trial run (secrets redacted); a second record of the same trial number replaces it."""
+        secrets = secret_values(result.argv, result.env)
+        bench = result.bench
+        with self._session() as s:
+            old = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
+                                                  TrialRun.trial_number == result.trial_number))
+            if old is not None:
+                s.delete(old)
+                s.flush()
+            run = TrialRun(
+                sweep_id=sweep_id, trial_number=result.trial_number, config_key=result.config_key,
+                baseline=baseline, params=dict(config.params), flags=dict(config.flags),
+                argv=redact_argv(result.argv), env=redact_env(dict(result.env)), status=status,
+                failure_kind=result.failure_kind.value if result.failure_kind else None,
+                failure_reason=scrub(result.failure_reason, secrets), log_tail=scrub(result.log_tail, secrets),
+                server_log=scrub(result.server_log[-MAX_LOG_CHARS:], secrets),
+                tok_s=bench.tok_s if bench and result.failure_kind is None else None,
+                metrics=bench.as_dict() if bench else None,
+                gate=asdict(result.gate) if result.gate else None, startup_s=result.startup_s,
+                sglang_version=result.sglang_version, node=result.node, gpu_ids=list(result.gpu_ids),
+                started_at=_ts(result.started_at), finished_at=_ts(result.finished_at), cached_from=cached_from,
+            )
+            s.add(run)
+            s.flush()
+            return _row(run, RunRow)  # type: ignore[no-any-return]
+
+    def record_cached_metrics(self, sweep_id: int, trial_number: int, prior: RunRow) -> RunRow:
+        """Copy the verdict of ``prior`` (tok/s, metrics, gate, startup) onto a run answered from the store."""
+        with self._session() as s:
+            run = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
+                                                  TrialRun.trial_number == trial_number))
+            if run is None:
+                raise StoreError(f"{self.path}: no run for trial {trial_number}")
+            run.tok_s, run.metrics, run.gate, run.startup_s = prior.tok_s, prior.metrics, prior.gate, prior.startup_s
+            run.log_tail = prior.log_tail
+            s.flush()
+            return _row(run, RunRow)  # type: ignore[no-any-return]
+
+    def runs(self, sweep_id: int) -> list[RunRow]:
+        """Every run of a sweep, by trial number."""
+        with self._session() as s:
+            q = select(TrialRun).where(TrialRun.sweep_id == sweep_id).order_by(TrialRun.trial_number)
+            return [_row(r, RunRow) for r in s.scalars(q)]
+
+    def run(self, sweep_id: int, trial_number: int) -> RunRow | None:
+        """One run by trial number."""
+        with self._session() as s:
+            r = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
+                                                TrialRun.trial_number == trial_number))
+            return _row(r, RunRow) if r else None
+
+    def measured(self, sweep_id: int, config_key: str) -> RunRow | None:
+        """The first launched (not cached, not interrupted) run of a configuration, if any."""
+        with self._session() as s:
+            r = s.scalar(select(TrialRun).where(
+                TrialRun.sweep_id == sweep_id, TrialRun.config_key == config_key,
+                TrialRun.status.in_(("ok", "infeasible"))).order_by(TrialRun.trial_number))
+            return _row(r, RunRow) if r else None
+
+    def count_launched(self, sweep_id: int) -> int:
+        """Runs that cost a launch and produced a verdict (ok or infeasible): what the budget counts."""
+        with self._session() as s:
+            q = select(func.count()).select_from(TrialRun).where(
+                TrialRun.sweep_id == sweep_id, TrialRun.status.in_(("ok", "infeasible")))
+            return int(s.scalar(q) or 0)
+
+    def server_log(self, sweep_id: int, trial_number: int) -> str:
+        """The full (redacted) server log of one run."""
+        with self._session() as s:
+            r = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
+                                                TrialRun.trial_number == trial_number))
+            return r.server_log if r else ""
+
+
+def _ts(value: float) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC).replace(tzinfo=None) if value else None
+
+
+def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()

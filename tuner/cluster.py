@@ -1,0 +1,134 @@
+"""Ray for the sweep: connect (embedded local instance by default, or ``--address``) and create
+one GPU-group actor per ``gpus_per_trial`` GPUs the cluster has.
+
+Without GPUs (the simulated engine on a laptop or in CI) the local instance is given fake GPU
+resources: ``--gpus N`` or the scenario's GPU count. Ray sets CUDA_VISIBLE_DEVICES to fake ids,
+which the simulated engine ignores.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.errors import ClusterError
+from workers.gpu_group import GPUGroup
+from workers.node import NodeInfo
+from workers.types import EngineSpec
+
+OBJECT_STORE_BYTES = 128 * 1024 * 1024
+ACTOR_READY_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Group:
+    """A live GPU-group actor and what it reported at start."""
+
+    index: int
+    actor: Any
+    node: NodeInfo
+    gpu_ids: tuple[str, ...]
+    pid: int
+
+
+class Cluster:
+    """The Ray side of a sweep: the connection and the GPU-group actors."""
+
+    def __init__(self, engine: EngineSpec, gpus_per_trial: int, *, address: str | None = None,
+                 gpus: int | None = None, max_groups: int | None = None) -> None:
+        self.engine = engine
+        self.gpus_per_trial = gpus_per_trial
+        self.address = address
+        self.gpus = gpus
+        self.max_groups = max_groups
+        self.groups: list[Group] = []
+        self._owns_ray = False
+
+    def connect(self) -> None:
+        """Start or join Ray."""
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if ray.is_initialized():
+            return
+        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                                  "log_to_driver": False}
+        try:
+            if self.address:
+                ray.init(address=self.address, **kwargs)
+            else:
+                num_gpus = self.gpus
+                if num_gpus is None and self.engine.kind == "sim":
+                    from workers.sim.scenario import load_scenario
+
+                    assert self.engine.scenario is not None
+                    num_gpus = load_scenario(self.engine.scenario).gpu.count
+                ray.init(address="local", num_gpus=num_gpus, num_cpus=max(2, os.cpu_count() or 2),
+                         object_store_memory=OBJECT_STORE_BYTES, **kwargs)
+                self._owns_ray = True
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ClusterError(f"cannot start or join Ray{' at ' + self.address if self.address else ''}: "
+                               f"{exc}") from exc
+
+    def start_groups(self) -> list[Group]:
+        """Create as many GPU-group actors as the cluster's GPUs allow and wait until they are up."""
+        import ray
+
+        total = int(ray.cluster_resources().get("GPU", 0))
+        count = total // self.gpus_per_trial
+        if self.max_groups:
+            count = min(count, self.max_groups)
+        if count == 0:
+            raise ClusterError(f"the Ray cluster has {total} GPU(s); a trial needs gpus_per_trial="
+                               f"{self.gpus_per_trial} (use --gpus N for simulated GPUs)")
+        remote = ray.remote(GPUGroup).options(num_gpus=self.gpus_per_trial, num_cpus=0, max_concurrency=4,
+                                              max_restarts=0, scheduling_strategy="SPREAD")
+        actors = [remote.remote(self.engine) for _ in range(count)]
+        try:
+            infos = ray.get([a.info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise ClusterError(f"GPU-group actors not ready after {ACTOR_READY_TIMEOUT_S:g} s") from exc
+        except ray.exceptions.RayActorError as exc:
+            cause = str(exc).strip().splitlines()
+            raise ClusterError(f"a GPU-group actor failed to start: {cause[-1] if cause else exc}") from exc
+        self.groups = [Group(i, a, node, ids, pid) for i, (a, (node, ids, pid)) in enumerate(zip(actors, infos,
+                                                                                              strict=True))]
+        return self.groups
+
+    def replace(self, group: Group) -> Group:
+        """A new actor in place of a dead one (same index)."""
+        import ray
+
+        remote = ray.remote(GPUGroup).options(num_gpus=self.gpus_per_trial, num_cpus=0, max_concurrency=4,
+                                              max_restarts=0)
+        actor = remote.remote(self.engine)
+        node, ids, pid = ray.get(actor.info.remote(), timeout=ACTOR_READY_TIMEOUT_S)
+        new = Group(group.index, actor, node, ids, pid)
+        self.groups[group.index] = new
+        return new
+
+    def stop_all(self, timeout_s: float = 30.0) -> None:
+        """Interrupt every running trial (servers killed), then end the actors."""
+        import ray
+
+        refs = [g.actor.stop.remote() for g in self.groups]
+        try:
+            ray.get(refs, timeout=timeout_s)
+        except Exception:  # an actor may already be dead
+            pass
+
+    def shutdown(self) -> None:
+        """Kill the actors (their __ray_shutdown__ stops servers) and leave Ray."""
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for g in self.groups:
+            try:
+                g.actor.__ray_terminate__.remote()
+            except Exception:
+                pass
+        self.groups = []
+        ray.shutdown()

@@ -1,0 +1,122 @@
+"""Export a measured trial: an executable launch script, JSON, or the YAML SGLang's ``--config`` reads.
+
+The script runs exactly the command that was measured (argv minus the tuner's own ``--host`` and
+``--port``; pass yours as arguments: ``"$@"`` goes last), with every value shell-quoted. Redacted
+secrets become required variables of the caller's environment (``${HF_TOKEN:?...}``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+
+from db.store import RunRow, SweepRow
+from tuner.errors import StudyError
+from tuner.render import REDACTED
+
+TUNER_OWNED = ("--host", "--port")
+
+
+def server_options(argv: list[str]) -> list[str]:
+    """The SGLang options of a measured argv: drop ``python -m module`` and the tuner's host/port."""
+    try:
+        start = argv.index("-m") + 2
+    except ValueError as exc:
+        raise StudyError("the recorded command has no '-m <module>'; nothing to export") from exc
+    out: list[str] = []
+    args = argv[start:]
+    i = 0
+    while i < len(args):
+        if args[i] in TUNER_OWNED:
+            i += 2
+            continue
+        if args[i] == "--sim-scenario":
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def _group(options: list[str]) -> list[list[str]]:
+    groups: list[list[str]] = []
+    for arg in options:
+        if arg.startswith("--") or not groups:
+            groups.append([arg])
+        else:
+            groups[-1].append(arg)
+    return groups
+
+
+def _env_line(name: str, value: str) -> str:
+    if value == REDACTED:
+        return f'export {name}="${{{name}:?set {name} in your environment}}"'
+    return f"export {name}={shlex.quote(value)}"
+
+
+def launch_env(run: RunRow) -> dict[str, str]:
+    """The env the script sets (the simulator's own variables left out)."""
+    return {k: v for k, v in run.env.items() if not k.startswith("SGLANG_SIM_")}
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
+
+
+def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3") -> str:
+    """An executable bash script that launches the measured configuration."""
+    m = run.metrics or {}
+    ttft, tpot = m.get("ttft_ms") or {}, m.get("tpot_ms") or {}
+    gate = "passed" if run.gate and run.gate.get("passed") else ("failed" if run.gate else "not run")
+    header = [
+        "#!/usr/bin/env bash",
+        f"# sglang-tuner: study {sweep.study_name}, trial {run.trial_number}"
+        + (" (baseline)" if run.baseline else ""),
+        f"# tok/s@C{m.get('concurrency', 16)}: {_fmt(run.tok_s, 2)}"
+        + (f" measured on the simulator (x{sweep.time_scale:g}): {run.tok_s / sweep.time_scale:.2f} modelled"
+           if sweep.engine == "sim" and run.tok_s else ""),
+        f"# TTFT p50/p99: {_fmt(ttft.get('p50'))} / {_fmt(ttft.get('p99'))} ms   TPOT p50: "
+        f"{_fmt(tpot.get('p50'), 2)} ms   gate: {gate}",
+        f"# GPUs: {sweep.gpu_count} x {sweep.gpu_name} ({sweep.gpu_arch or '?'}, driver {sweep.driver})",
+        f"# SGLang {run.sglang_version or sweep.sglang_version}; space {sweep.space_path}; "
+        f"exported {datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
+        "# Add --host/--port (or any option) as arguments: ./launch.sh --host 0.0.0.0 --port 30000",
+        "set -euo pipefail",
+        "",
+    ]
+    env = [_env_line(k, v) for k, v in launch_env(run).items()]
+    lines = [f"exec {shlex.quote(python)} -m sglang.launch_server \\"]
+    lines += [f"  {' '.join(shlex.quote(p) for p in group)} \\" for group in _group(server_options(run.argv))]
+    lines.append('  "$@"')
+    return "\n".join(header + env + ([""] if env else []) + lines) + "\n"
+
+
+def as_json(run: RunRow, sweep: SweepRow) -> str:
+    """argv, env and metrics as JSON."""
+    return json.dumps({"study": sweep.study_name, "trial": run.trial_number, "tok_s": run.tok_s,
+                       "argv": ["python3", "-m", "sglang.launch_server", *server_options(run.argv)],
+                       "env": launch_env(run), "sglang_version": run.sglang_version, "metrics": run.metrics,
+                       "gate": run.gate, "params": run.params}, indent=2, default=str)
+
+
+def _typed(value: str) -> int | float | str:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def as_sglang_config(run: RunRow) -> str:
+    """YAML for SGLang's ``--config`` option: option names without dashes, values typed."""
+    data: dict[str, Any] = {}
+    for group in _group(server_options(run.argv)):
+        key = group[0].removeprefix("--")
+        values = [_typed(v) for v in group[1:]]
+        data[key] = True if not values else (values[0] if len(values) == 1 else values)
+    return yaml.safe_dump(data, sort_keys=False)

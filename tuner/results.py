@@ -1,0 +1,62 @@
+"""Reading a finished (or running) sweep back: which study, its runs ranked, best vs baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from db.store import RunRow, Store, SweepRow
+from tuner.errors import StudyError
+
+
+@dataclass(frozen=True)
+class SweepResults:
+    """A sweep with its runs."""
+
+    sweep: SweepRow
+    runs: list[RunRow]
+
+    def ranked(self) -> list[RunRow]:
+        """Measured runs by tok/s (best first), then failures by trial number."""
+        ok = sorted((r for r in self.runs if r.status == "ok" and r.tok_s is not None),
+                    key=lambda r: -(r.tok_s or 0.0))
+        return ok + [r for r in self.runs if r not in ok]
+
+    def best(self) -> RunRow | None:
+        """The fastest measured run."""
+        ok = [r for r in self.runs if r.status == "ok" and r.tok_s is not None]
+        return max(ok, key=lambda r: r.tok_s or 0.0) if ok else None
+
+    def baseline(self) -> RunRow | None:
+        """The baseline run (base settings only)."""
+        return next((r for r in self.runs if r.baseline and r.status in ("ok", "infeasible")), None)
+
+    def failures_by_kind(self) -> dict[str, int]:
+        """How many launched runs failed, per failure kind."""
+        out: dict[str, int] = {}
+        for r in self.runs:
+            if r.status in ("infeasible", "failed") and r.failure_kind:
+                out[r.failure_kind] = out.get(r.failure_kind, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def load_results(db_path: str | Path, study: str | None) -> SweepResults:
+    """The sweep ``study`` (or the most recent one) in ``db_path``; StudyError if none."""
+    if not Path(db_path).exists():
+        raise StudyError(f"{db_path}: no such database (run `tuner sweep` first or pass --db)")
+    store = Store(db_path)
+    try:
+        if study is None:
+            sweeps = store.sweeps()
+            if not sweeps:
+                raise StudyError(f"{db_path}: no sweep recorded yet")
+            sweep = sweeps[0]
+        else:
+            found = store.sweep(study)
+            if found is None:
+                names = ", ".join(s.study_name for s in store.sweeps()) or "none"
+                raise StudyError(f"{db_path}: no study named {study!r} (studies: {names})")
+            sweep = found
+        return SweepResults(sweep, store.runs(sweep.id))
+    finally:
+        store.close()

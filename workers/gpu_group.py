@@ -1,0 +1,58 @@
+"""The GPU-group actor: owns ``gpus_per_trial`` GPUs on one node and runs one trial at a time.
+
+Created by the driver as ``ray.remote(GPUGroup).options(num_gpus=k, num_cpus=0,
+max_concurrency=4)`` so ``status()`` and ``stop()`` answer while ``run_trial`` runs. Ray sets
+``CUDA_VISIBLE_DEVICES`` for the actor; the server inherits it. Servers are plain children in the
+actor's process group, which Ray's per-worker process-group cleanup reaps if the actor dies.
+"""
+
+from __future__ import annotations
+
+import os
+
+from workers.node import NodeInfo, probe_node
+from workers.server import sweep_orphans
+from workers.trial import Phase, TrialRunner
+from workers.types import EngineSpec, TrialResult, TrialSpec
+
+
+def _assigned_gpu_ids() -> tuple[str, ...]:
+    try:
+        import ray
+
+        ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+        return tuple(str(i) for i in ids)
+    except Exception:  # not inside Ray
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return tuple(x for x in visible.split(",") if x)
+
+
+class GPUGroup:
+    """One GPU group (see module docstring). Methods are the actor's remote interface."""
+
+    def __init__(self, engine: EngineSpec) -> None:
+        self.engine = engine
+        self.node: NodeInfo = probe_node(engine)
+        self.gpu_ids = _assigned_gpu_ids()
+        self.runner = TrialRunner(self.node.table, self.node.host, self.gpu_ids,
+                                  sweep_process_group=os.getpgid(0) == os.getpid())
+
+    def info(self) -> tuple[NodeInfo, tuple[str, ...], int]:
+        """(node info, GPU ids, actor PID)."""
+        return self.node, self.gpu_ids, os.getpid()
+
+    def run_trial(self, spec: TrialSpec) -> TrialResult:
+        """Run one trial (see workers.trial.TrialRunner.run)."""
+        return self.runner.run(spec)
+
+    def status(self) -> Phase:
+        """The current trial and phase."""
+        return self.runner.phase
+
+    def stop(self) -> None:
+        """Interrupt the running trial and kill its server."""
+        self.runner.interrupt()
+
+    def __ray_shutdown__(self) -> None:
+        self.runner.interrupt()
+        sweep_orphans()

@@ -1,0 +1,135 @@
+"""Run one trial end to end on this node: render -> start -> ready -> gate -> benchmark -> stop.
+
+:class:`TrialRunner` is what the GPU-group actor wraps; it has no Ray in it, so tests drive it
+directly. Every outcome is a :class:`~workers.types.TrialResult`; nothing raises out of ``run``
+except programming errors. ``interrupt()`` (from another thread) stops the server at once and
+makes the result ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.errors import BenchmarkError, FlagError, ServerError
+from tuner.flags import FlagTable
+from tuner.render import render
+from workers.bench import run_benchmark
+from workers.failures import classify, reason_line
+from workers.gate import run_gate
+from workers.gpus import wait_gpus_released
+from workers.server import ServerProcess, free_port
+from workers.types import BenchResult, FailureKind, GateResult, TrialResult, TrialSpec
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What a runner is doing: trial number (None when idle), phase name, since when (epoch s)."""
+
+    trial_number: int | None
+    phase: str
+    since: float
+
+
+class TrialRunner:
+    """Runs trials one at a time for one GPU group on this node."""
+
+    def __init__(self, table: FlagTable, node: str, gpu_ids: tuple[str, ...], *,
+                 sweep_process_group: bool = False) -> None:
+        self.table = table
+        self.node = node
+        self.gpu_ids = gpu_ids
+        self.sweep_process_group = sweep_process_group
+        self._lock = threading.Lock()
+        self._server: ServerProcess | None = None
+        self._interrupted = False
+        self.phase = Phase(None, "idle", time.time())
+
+    def _set_phase(self, trial: int | None, phase: str) -> None:
+        self.phase = Phase(trial, phase, time.time())
+
+    def interrupt(self) -> None:
+        """Stop the running trial's server now (idempotent; safe from another thread)."""
+        with self._lock:
+            self._interrupted = True
+            server = self._server
+        if server is not None:
+            server.stop(grace_s=5.0)
+
+    def run(self, spec: TrialSpec, on_phase: Callable[[str], None] | None = None) -> TrialResult:
+        """Run one trial; always returns a TrialResult."""
+        def phase(name: str) -> None:
+            self._set_phase(spec.trial_number, name)
+            if on_phase is not None:
+                on_phase(name)
+
+        started = time.time()
+        with self._lock:
+            self._interrupted = False
+        base = dict(trial_number=spec.trial_number, config_key=spec.config.key(),
+                    sglang_version=self.table.version, node=self.node, gpu_ids=self.gpu_ids,
+                    started_at=started)
+        port = free_port()
+        try:
+            cmd = render(spec.config, self.table, spec.engine, host="127.0.0.1", port=port)
+        except FlagError as exc:
+            self._set_phase(None, "idle")
+            return TrialResult(argv=(), env=dict(spec.config.env), finished_at=time.time(),
+                               failure_kind=FailureKind.BAD_FLAG, failure_reason=str(exc), **base)
+        log_path = Path(spec.log_dir) / f"trial-{spec.trial_number:04d}.log"
+        server = ServerProcess(cmd, log_path, url=f"http://127.0.0.1:{port}",
+                               sweep_process_group=self.sweep_process_group)
+        startup_s: float | None = None
+        gate: GateResult | None = None
+        bench: BenchResult | None = None
+        kind: FailureKind | None = None
+        reason = ""
+        tail = ""
+        try:
+            phase("launching")
+            with self._lock:
+                if self._interrupted:
+                    raise InterruptedError
+                self._server = server
+                server.start()
+            startup_s = server.wait_ready(spec.startup_timeout_s)
+            if spec.gate.enabled:
+                phase("gate")
+                dummy = spec.config.flags.get("load_format") == "dummy"
+                gate = asyncio.run(run_gate(server.url, spec.gate, dummy_weights=dummy))
+                if not gate.passed:
+                    kind, reason = FailureKind.GATE_FAILED, f"correctness gate failed: {gate.summary()}"
+            if kind is None:
+                bench = asyncio.run(run_benchmark(server.url, spec.bench, on_phase=phase))
+                if not server.alive():
+                    raise BenchmarkError(f"server exited (code {server.exit_code()}) during the benchmark")
+        except ServerError as exc:
+            kind, reason, tail = FailureKind(exc.kind), str(exc), exc.log_tail
+        except BenchmarkError as exc:
+            if server.alive():
+                kind, reason = FailureKind.BENCHMARK_FAILED, str(exc)
+            else:
+                log = server.read_log(200_000)
+                kind = classify(server.exit_code(), log)
+                reason = f"server died during the benchmark (exit {server.exit_code()}): {reason_line(log)}"
+        except InterruptedError:
+            pass
+        finally:
+            phase("stopping")
+            pids = {p.pid for p in server.tree()}
+            server.stop()
+            wait_gpus_released(pids)
+            with self._lock:
+                self._server = None
+                interrupted = self._interrupted
+            self._set_phase(None, "idle")
+        if interrupted:
+            kind, reason, bench = FailureKind.INTERRUPTED, "interrupted by the driver", None
+        return TrialResult(argv=cmd.argv, env=dict(cmd.env), finished_at=time.time(), startup_s=startup_s,
+                           bench=bench, gate=gate, failure_kind=kind, failure_reason=reason,
+                           log_tail=tail or (server.log_tail() if kind else ""),
+                           server_log=server.read_log(), **base)
