@@ -27,7 +27,7 @@ from tuner.errors import StoreError
 from tuner.render import REDACTED, redact_env
 from workers.types import Config, TrialResult
 
-SECRET_OPTION = re.compile(r"api-key|token|secret|password", re.IGNORECASE)
+SECRET_OPTION = re.compile(r"api[-_]key|token|secret|password", re.IGNORECASE)
 BUSY_TIMEOUT_S = 30.0
 MAX_LOG_CHARS = 1_000_000
 
@@ -65,9 +65,16 @@ def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
     return out
 
 
-def secret_values(argv: tuple[str, ...] | list[str], env: dict[str, str]) -> list[str]:
-    """The secret strings to scrub from logs."""
+def redact_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """Settings (dest names) with secret values (``api_key`` ...) replaced."""
+    return {k: (REDACTED if SECRET_OPTION.search(k) and v is not None else v) for k, v in flags.items()}
+
+
+def secret_values(argv: tuple[str, ...] | list[str], env: dict[str, str],
+                  flags: dict[str, Any] | None = None) -> list[str]:
+    """The secret strings to scrub from logs and texts."""
     hidden = [v for k, v in env.items() if redact_env({k: v})[k] == REDACTED and v]
+    hidden += [str(v) for k, v in (flags or {}).items() if SECRET_OPTION.search(k) and v is not None]
     hidden += [a for a, r in zip(argv, redact_argv(argv), strict=True) if r == REDACTED and a != r]
     return [h for h in hidden if len(h) >= 4]
 
@@ -192,7 +199,7 @@ class Store:
     def record(self, sweep_id: int, result: TrialResult, config: Config, *, status: str,
                baseline: bool = False, cached_from: int | None = None) -> RunRow:
         """Write one trial run (secrets redacted); a second record of the same trial number replaces it."""
-        secrets = secret_values(result.argv, result.env)
+        secrets = secret_values(result.argv, {**config.env, **result.env}, config.flags)
         bench = result.bench
         with self._session() as s:
             old = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
@@ -202,7 +209,7 @@ class Store:
                 s.flush()
             run = TrialRun(
                 sweep_id=sweep_id, trial_number=result.trial_number, config_key=result.config_key,
-                baseline=baseline, params=dict(config.params), flags=dict(config.flags),
+                baseline=baseline, params=dict(config.params), flags=redact_flags(dict(config.flags)),
                 argv=redact_argv(result.argv), env=redact_env(dict(result.env)), status=status,
                 failure_kind=result.failure_kind.value if result.failure_kind else None,
                 failure_reason=scrub(result.failure_reason, secrets), log_tail=scrub(result.log_tail, secrets),

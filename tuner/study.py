@@ -22,12 +22,13 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
-from db.store import RunRow, Store, SweepRow, sqlite_url
+from db.store import RunRow, Store, SweepRow, scrub, secret_values, sqlite_url
 from tuner.cluster import Cluster, Group
 from tuner.errors import StudyError
 from tuner.export import launch_script
 from tuner.live import SweepView
 from tuner.sampler import make_sampler
+from tuner.watchdog import start_watchdog, stop_watchdog
 from tuner.space import ForbiddenConfig, SearchSpace, apply_hardware, check_flags, load_space
 from workers.types import Config, FailureKind, TrialResult, TrialSpec
 
@@ -118,6 +119,7 @@ class Sweep:
         engine = space.engine(self.opts.sglang_python)
         cluster = Cluster(engine, space.file.gpus_per_trial, address=self.opts.address, gpus=self.opts.gpus,
                           max_groups=self.opts.max_groups)
+        watchdog = start_watchdog()
         try:
             cluster.connect()
             groups = cluster.start_groups()
@@ -129,7 +131,8 @@ class Sweep:
             study = open_study(self.opts.db_path, name, space, self.opts.seed)
             gpu = node.gpu
             sweep = self.store.ensure_sweep(
-                name, space_path=str(Path(self.opts.space_path).resolve()), space_text=space.text,
+                name, space_path=str(Path(self.opts.space_path).resolve()),
+                space_text=scrub(space.text, secret_values((), space.base.env, space.base.flags)),
                 engine=engine.kind, sglang_version=node.sglang_version,
                 gpu_name=gpu.name if gpu else "unknown", gpu_arch=arch, gpu_count=gpu.count if gpu else 0,
                 driver=gpu.driver if gpu else "unknown", hosts=sorted({g.node.host for g in groups}),
@@ -150,6 +153,7 @@ class Sweep:
         finally:
             cluster.shutdown()
             self.store.close()
+            stop_watchdog(watchdog)
 
     def _recover(self, study: optuna.Study, sweep: SweepRow) -> None:
         """Fail and re-queue the trials a dead driver left RUNNING."""

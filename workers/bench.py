@@ -41,6 +41,7 @@ from workers.types import BenchConfig, BenchResult
 
 FAILURE_BACKOFF_S = 0.05
 EARLY_ABORT_FAILURES = 32
+STOP_POLL_S = 0.1
 
 
 def _payload(cfg: BenchConfig, prompt_ids: list[int]) -> tuple[str, dict[str, Any]]:
@@ -113,10 +114,12 @@ async def _one_request(client: httpx.AsyncClient, path: str, body: dict[str, Any
 
 
 async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTransport | None = None,
-                        on_phase: Callable[[str], None] | None = None) -> BenchResult:
+                        on_phase: Callable[[str], None] | None = None,
+                        should_stop: Callable[[], bool] | None = None) -> BenchResult:
     """Benchmark the server at ``url``; BenchmarkError with the reason if no valid measurement.
 
-    ``on_phase`` is called with "warm-up" at the start and "measuring" when the window opens.
+    ``on_phase`` is called with "warm-up" at the start and "measuring" when the window opens;
+    ``should_stop`` is polled every 0.1 s and ends the run at once (server died, interrupted).
     """
     rng = random.Random(cfg.seed)
     path, _ = _payload(cfg, [])
@@ -149,15 +152,26 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
         asyncio.get_running_loop().call_later(cfg.warmup_s, on_phase, "measuring")
     async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout, limits=limits) as client:
         tasks = [asyncio.create_task(worker(client)) for _ in range(cfg.concurrency)]
-        deadline = end - time.perf_counter()
-        done, pending = await asyncio.wait(tasks, timeout=max(deadline, 0.0))
-        for task in pending:
+
+        async def watch() -> None:
+            while should_stop is None or not should_stop():
+                await asyncio.sleep(STOP_POLL_S)
+            abort.append("stopped: the server is no longer running")
+
+        watcher = asyncio.create_task(watch())
+        workers_done = asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.wait([watcher, workers_done], timeout=max(end - time.perf_counter(), 0.0),
+                           return_when=asyncio.FIRST_COMPLETED)
+        for task in [*tasks, watcher]:
             task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for task in done:
-            if task.exception() is not None:
-                raise BenchmarkError(f"{url}: benchmark client error: {task.exception()!r}")
+        outcomes = await workers_done
+        await asyncio.gather(watcher, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception) and not isinstance(outcome, asyncio.CancelledError):
+                raise BenchmarkError(f"{url}: benchmark client error: {outcome!r}")
     now = time.perf_counter()
+    if abort and abort[0].startswith("stopped:"):
+        raise BenchmarkError(f"{url}: {abort[0]}")
     if abort:
         raise BenchmarkError(f"{url}: every request failed ({failures_in_span} failures), last: {abort[0]}")
     return summarize(records, cfg, warm_end, now, url)

@@ -104,7 +104,8 @@ class TrialRunner:
                 if not gate.passed:
                     kind, reason = FailureKind.GATE_FAILED, f"correctness gate failed: {gate.summary()}"
             if kind is None:
-                bench = asyncio.run(run_benchmark(server.url, spec.bench, on_phase=phase))
+                bench = asyncio.run(run_benchmark(server.url, spec.bench, on_phase=phase,
+                                                  should_stop=lambda: self._interrupted or not server.alive()))
                 if not server.alive():
                     raise BenchmarkError(f"server exited (code {server.exit_code()}) during the benchmark")
         except ServerError as exc:

@@ -1,0 +1,86 @@
+"""The SQLite store: records, reads back, redacts secrets, counts what the budget counts."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from db.store import Store
+from tuner.errors import StoreError
+from workers.types import BenchResult, Config, FailureKind, TrialResult
+
+
+def _bench(tok_s: float) -> BenchResult:
+    stats = {"mean": 1.0, "p50": 1.0, "p90": 2.0, "p99": 3.0}
+    return BenchResult(tok_s=tok_s, window_tok_s=(tok_s,), request_throughput=1.0, per_user_tok_s=10.0,
+                       ttft_ms=stats, tpot_ms=stats, itl_ms=stats, e2e_ms=stats, completed=10, failed=0,
+                       output_tokens=100, output_chunks=50, achieved_concurrency=16.0, concurrency=16,
+                       held_concurrency=True, accept_length=None, duration_s=1.0)
+
+
+def _result(n: int, key: str, *, tok_s: float | None = None, kind: FailureKind | None = None,
+            env: dict[str, str] | None = None, argv: tuple[str, ...] = ("python3", "-m", "sglang.launch_server"),
+            log: str = "") -> TrialResult:
+    return TrialResult(trial_number=n, config_key=key, argv=argv, env=env or {}, sglang_version="0.5.23",
+                       node="host", gpu_ids=("0", "1"), started_at=time.time(), finished_at=time.time(),
+                       bench=_bench(tok_s) if tok_s is not None else None, failure_kind=kind,
+                       failure_reason="boom" if kind else "", server_log=log)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "t.db")
+
+
+def _sweep(store: Store) -> int:
+    return store.ensure_sweep("s", space_path="x.yaml", space_text="name: s", engine="sim",
+                              sglang_version="0.5.23", gpu_name="g", gpu_arch="sm_120", gpu_count=4, driver="d",
+                              hosts=["h"], budget=5, roofline_tok_s=None, time_scale=1.0).id
+
+
+def test_record_and_read_back(store: Store, tmp_path: Path) -> None:
+    sid = _sweep(store)
+    cfg = Config(params={"a": 1}, flags={"tp_size": 2})
+    store.record(sid, _result(0, "k0", tok_s=10.0), cfg, status="ok", baseline=True)
+    store.record(sid, _result(1, "k1", kind=FailureKind.OOM), cfg, status="infeasible")
+    store.record(sid, _result(2, "k2", kind=FailureKind.INFRASTRUCTURE), cfg, status="failed")
+    runs = store.runs(sid)
+    assert [r.status for r in runs] == ["ok", "infeasible", "failed"]
+    assert runs[0].tok_s == 10.0 and runs[0].metrics and runs[0].metrics["output_chunks"] == 50
+    assert runs[1].failure_kind == "oom" and runs[1].tok_s is None
+    assert store.count_launched(sid) == 2
+    assert store.measured(sid, "k1") is not None and store.measured(sid, "k2") is None
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_same_trial_number_is_replaced_not_duplicated(store: Store) -> None:
+    sid = _sweep(store)
+    cfg = Config(params={}, flags={})
+    store.record(sid, _result(3, "k", kind=FailureKind.INTERRUPTED), cfg, status="interrupted")
+    store.record(sid, _result(3, "k", tok_s=5.0), cfg, status="ok")
+    assert [(r.trial_number, r.status) for r in store.runs(sid)] == [(3, "ok")]
+
+
+def test_secrets_never_reach_the_database(store: Store, tmp_path: Path) -> None:
+    sid = _sweep(store)
+    argv = ("python3", "-m", "sglang.launch_server", "--api-key", "sk-verysecret", "--model-path", "/m")
+    env = {"HF_TOKEN": "hf_abcdef123", "NCCL_PROTO": "LL"}
+    log = "server_args=ServerArgs(api_key='sk-verysecret') token hf_abcdef123"
+    cfg = Config({}, {"api_key": "sk-verysecret", "model_path": "/m"}, env)
+    store.record(sid, _result(0, "k", tok_s=1.0, env=env, argv=argv, log=log), cfg, status="ok")
+    run = store.runs(sid)[0]
+    assert run.env == {"HF_TOKEN": "<redacted>", "NCCL_PROTO": "LL"}
+    assert "sk-verysecret" not in run.argv and "<redacted>" in run.argv
+    assert run.flags == {"api_key": "<redacted>", "model_path": "/m"}
+    raw = (tmp_path / "t.db").read_bytes() + Path(str(tmp_path / "t.db") + "-wal").read_bytes()
+    assert b"sk-verysecret" not in raw and b"hf_abcdef123" not in raw
+
+
+def test_unwritable_database_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(StoreError, match="dir.db"):
+        Store(tmp_path / "dir.db")

@@ -1,0 +1,127 @@
+"""`tuner sweep` end to end: real CLI, real Ray (local, fake GPUs), real SQLite, simulated SGLang."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from db.store import Store
+from tests.conftest import wait_for
+from tests.e2e.conftest import TUNER, our_servers, run_tuner, tuner_env
+
+pytestmark = pytest.mark.e2e
+
+
+def _runs(workdir: Path) -> list:  # type: ignore[type-arg]
+    store = Store(workdir / "tuner.db")
+    try:
+        sweep = store.sweep("e2e")
+        assert sweep is not None
+        return store.runs(sweep.id)
+    finally:
+        store.close()
+
+
+def test_sweep_two_groups_records_everything(workdir: Path) -> None:
+    proc = run_tuner(workdir, "sweep", "--space", "e2e-space.yaml", "--budget", "10", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "best: trial" in proc.stdout
+    runs = _runs(workdir)
+    launched = [r for r in runs if r.status in ("ok", "infeasible")]
+    assert len(launched) == 10
+    assert len({r.config_key for r in launched}) == 10, "no configuration launched twice"
+    assert runs[0].baseline and runs[0].params == {}
+    # two groups ran trials at the same time
+    spans = sorted((r.started_at, r.finished_at, tuple(r.gpu_ids)) for r in launched)
+    assert any(a[1] > b[0] and a[2] != b[2] for a, b in zip(spans, spans[1:], strict=False))
+    assert {tuple(r.gpu_ids) for r in launched} == {("0", "1"), ("2", "3")}
+    for r in runs:
+        if r.status == "infeasible":
+            assert r.failure_kind and r.failure_reason
+            if r.failure_kind == "oom":
+                assert "OutOfMemoryError" in r.log_tail
+        if r.status == "ok":
+            assert r.tok_s and r.metrics and r.gate and r.gate["passed"]
+    # Optuna: values, infeasible as COMPLETE with a violated constraint, attributes attached
+    study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{workdir / 'tuner.db'}")
+    states = {t.number: t for t in study.trials}
+    for r in runs:
+        t = states[r.trial_number]
+        assert t.state == optuna.trial.TrialState.COMPLETE
+        assert t.user_attrs["status"] == r.status
+        if r.status == "infeasible":
+            assert t.constraints["failed"] == 1.0 and t.system_attrs["constraints"] == [1.0]
+    assert study.best_trial.user_attrs["status"] in ("ok", "cached")
+    shown = run_tuner(workdir, "show", "--json")
+    assert shown.returncode == 0
+    rows = json.loads(shown.stdout)["trials"]
+    assert rows[0]["tok_s"] == max(r.tok_s or 0 for r in runs)
+    table = run_tuner(workdir, "show")
+    assert "infeasible" in table.stdout or all(r.status == "ok" for r in runs)
+    assert not our_servers(workdir)
+
+
+def test_sigkill_mid_sweep_then_resume(workdir: Path) -> None:
+    env = tuner_env(workdir)
+    args = [*TUNER, "sweep", "--space", "e2e-space.yaml", "--budget", "8", "--seed", "5"]
+    driver = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (workdir / "tuner.db").exists() and len(our_servers(workdir)) >= 1, 120,
+                 "a server to be running")
+        wait_for(lambda: _count_launched(workdir) >= 2 and our_servers(workdir), 120,
+                 "two finished trials and a running server")
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    wait_for(lambda: not our_servers(workdir), 30, "every server to be gone after SIGKILL")
+    before = {r.trial_number: r for r in _runs(workdir) if r.status in ("ok", "infeasible")}
+    again = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr + again.stdout
+    runs = _runs(workdir)
+    launched = [r for r in runs if r.status in ("ok", "infeasible")]
+    assert len(launched) == 8
+    assert len({r.config_key for r in launched}) == 8
+    after = {r.trial_number: r for r in launched}
+    for number, run in before.items():  # nothing finished was lost or changed
+        assert after[number].tok_s == run.tok_s and after[number].config_key == run.config_key
+    study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{workdir / 'tuner.db'}")
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert not our_servers(workdir)
+
+
+def _count_launched(workdir: Path) -> int:
+    try:
+        with sqlite3.connect(workdir / "tuner.db", timeout=5) as conn:
+            row = conn.execute("SELECT count(*) FROM tuner_trial_runs WHERE status IN ('ok','infeasible')")
+            return int(row.fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def test_ctrl_c_stops_servers_and_exits_130(workdir: Path) -> None:
+    args = [*TUNER, "sweep", "--space", "e2e-space.yaml", "--budget", "30"]
+    driver = subprocess.Popen(args, cwd=workdir, env=tuner_env(workdir), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: our_servers(workdir), 120, "a server to be running")
+        t0 = time.monotonic()
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=90)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err
+    assert "interrupted" in err
+    assert not our_servers(workdir)
+    assert time.monotonic() - t0 < 60
+    runs = _runs(workdir)
+    assert any(r.status == "interrupted" for r in runs) or all(r.status != "running" for r in runs)
