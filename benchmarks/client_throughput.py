@@ -23,9 +23,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import start_sim  # noqa: E402
-from workers.bench import run_benchmark  # noqa: E402
-from workers.types import BenchConfig  # noqa: E402
+from tests.conftest import start_sim
+from workers.bench import run_benchmark
+from workers.types import BenchConfig
 
 
 def main() -> None:

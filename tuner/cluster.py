@@ -8,6 +8,7 @@ which the simulated engine ignores.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -76,16 +77,16 @@ class Cluster:
         """Create as many GPU-group actors as the cluster's GPUs allow and wait until they are up."""
         import ray
 
-        total = int(ray.cluster_resources().get("GPU", 0))
+        total = int(ray.cluster_resources().get("GPU", 0))  # type: ignore[no-untyped-call]
         count = total // self.gpus_per_trial
         if self.max_groups:
             count = min(count, self.max_groups)
         if count == 0:
             raise ClusterError(f"the Ray cluster has {total} GPU(s); a trial needs gpus_per_trial="
                                f"{self.gpus_per_trial} (use --gpus N for simulated GPUs)")
-        remote = ray.remote(GPUGroup).options(num_gpus=self.gpus_per_trial, num_cpus=0, max_concurrency=4,
-                                              max_restarts=0, scheduling_strategy="SPREAD")
-        actors = [remote.remote(self.engine) for _ in range(count)]
+        remote: Any = ray.remote(GPUGroup).options(num_gpus=self.gpus_per_trial, num_cpus=0, max_concurrency=4,
+                                                   max_restarts=0, scheduling_strategy="SPREAD")
+        actors: list[Any] = [remote.remote(self.engine) for _ in range(count)]
         try:
             infos = ray.get([a.info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError as exc:
@@ -101,9 +102,9 @@ class Cluster:
         """A new actor in place of a dead one (same index)."""
         import ray
 
-        remote = ray.remote(GPUGroup).options(num_gpus=self.gpus_per_trial, num_cpus=0, max_concurrency=4,
-                                              max_restarts=0)
-        actor = remote.remote(self.engine)
+        remote: Any = ray.remote(GPUGroup).options(num_gpus=self.gpus_per_trial, num_cpus=0, max_concurrency=4,
+                                                   max_restarts=0)
+        actor: Any = remote.remote(self.engine)
         node, ids, pid = ray.get(actor.info.remote(), timeout=ACTOR_READY_TIMEOUT_S)
         new = Group(group.index, actor, node, ids, pid)
         self.groups[group.index] = new
@@ -114,10 +115,8 @@ class Cluster:
         import ray
 
         refs = [g.actor.stop.remote() for g in self.groups]
-        try:
+        with contextlib.suppress(Exception):  # an actor may already be dead
             ray.get(refs, timeout=timeout_s)
-        except Exception:  # an actor may already be dead
-            pass
 
     def shutdown(self) -> None:
         """Kill the actors (their __ray_shutdown__ stops servers) and leave Ray."""
@@ -126,9 +125,7 @@ class Cluster:
         if not ray.is_initialized():
             return
         for g in self.groups:
-            try:
+            with contextlib.suppress(Exception):
                 g.actor.__ray_terminate__.remote()
-            except Exception:
-                pass
         self.groups = []
         ray.shutdown()

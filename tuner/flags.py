@@ -143,9 +143,8 @@ def _check_type(flag: Flag, item: object, version: str) -> None:
         return
     if flag.value_type in ("int", "human_readable_int") and (
         isinstance(item, bool) or not isinstance(item, int)
-    ):
-        if not (flag.value_type == "human_readable_int" and isinstance(item, str)):
-            raise FlagError(f"{item!r} is not an integer for {flag.option} of SGLang {version}")
+    ) and not (flag.value_type == "human_readable_int" and isinstance(item, str)):
+        raise FlagError(f"{item!r} is not an integer for {flag.option} of SGLang {version}")
     if flag.value_type == "float" and (isinstance(item, bool) or not isinstance(item, int | float)):
         raise FlagError(f"{item!r} is not a number for {flag.option} of SGLang {version}")
 

@@ -67,7 +67,7 @@ class Param:
             step = int(self.step or 1)
             return list(range(int(self.low), int(self.high) + 1, step))
         if self.step:
-            n = int(round((self.high - self.low) / self.step))
+            n = round((self.high - self.low) / self.step)
             return [round(self.low + i * self.step, 10) for i in range(n + 1)]
         return None
 
@@ -142,7 +142,7 @@ class SearchSpace:
                     int(p.low) if p.kind == "int" else p.low)
             value = assigned[p.name]
             finite = p.values()
-            if finite is not None and value not in finite or finite is None and not p.low <= value <= p.high:
+            if (finite is not None and value not in finite) or (finite is None and not p.low <= value <= p.high):
                 shown = ", ".join(map(str, finite[:12])) if finite else f"[{p.low}, {p.high}]"
                 raise ConfigError(f"--set {p.name}={value}: not a value of {p.name} ({shown})")
             return value

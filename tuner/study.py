@@ -28,8 +28,8 @@ from tuner.errors import StudyError
 from tuner.export import launch_script
 from tuner.live import SweepView
 from tuner.sampler import make_sampler
-from tuner.watchdog import start_watchdog, stop_watchdog
 from tuner.space import ForbiddenConfig, SearchSpace, apply_hardware, check_flags, load_space
+from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.types import Config, FailureKind, TrialResult, TrialSpec
 
 MAX_CONSECUTIVE_REPEATS = 100

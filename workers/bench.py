@@ -160,7 +160,8 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
 
         watcher = asyncio.create_task(watch())
         workers_done = asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.wait([watcher, workers_done], timeout=max(end - time.perf_counter(), 0.0),
+        waited: list[asyncio.Future[Any]] = [watcher, workers_done]
+        await asyncio.wait(waited, timeout=max(end - time.perf_counter(), 0.0),
                            return_when=asyncio.FIRST_COMPLETED)
         for task in [*tasks, watcher]:
             task.cancel()

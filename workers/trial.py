@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tuner.errors import BenchmarkError, FlagError, ServerError
 from tuner.flags import FlagTable
@@ -70,16 +71,18 @@ class TrialRunner:
         started = time.time()
         with self._lock:
             self._interrupted = False
-        base = dict(trial_number=spec.trial_number, config_key=spec.config.key(),
-                    sglang_version=self.table.version, node=self.node, gpu_ids=self.gpu_ids,
-                    started_at=started)
+        def result(**fields: Any) -> TrialResult:
+            return TrialResult(trial_number=spec.trial_number, config_key=spec.config.key(),
+                               sglang_version=self.table.version, node=self.node, gpu_ids=self.gpu_ids,
+                               started_at=started, finished_at=time.time(), **fields)
+
         port = free_port()
         try:
             cmd = render(spec.config, self.table, spec.engine, host="127.0.0.1", port=port)
         except FlagError as exc:
             self._set_phase(None, "idle")
-            return TrialResult(argv=(), env=dict(spec.config.env), finished_at=time.time(),
-                               failure_kind=FailureKind.BAD_FLAG, failure_reason=str(exc), **base)
+            return result(argv=(), env=dict(spec.config.env), failure_kind=FailureKind.BAD_FLAG,
+                          failure_reason=str(exc))
         log_path = Path(spec.log_dir) / f"trial-{spec.trial_number:04d}.log"
         server = ServerProcess(cmd, log_path, url=f"http://127.0.0.1:{port}",
                                sweep_process_group=self.sweep_process_group)
@@ -130,7 +133,6 @@ class TrialRunner:
             self._set_phase(None, "idle")
         if interrupted:
             kind, reason, bench = FailureKind.INTERRUPTED, "interrupted by the driver", None
-        return TrialResult(argv=cmd.argv, env=dict(cmd.env), finished_at=time.time(), startup_s=startup_s,
-                           bench=bench, gate=gate, failure_kind=kind, failure_reason=reason,
-                           log_tail=tail or (server.log_tail() if kind else ""),
-                           server_log=server.read_log(), **base)
+        return result(argv=cmd.argv, env=dict(cmd.env), startup_s=startup_s, bench=bench, gate=gate,
+                      failure_kind=kind, failure_reason=reason,
+                      log_tail=tail or (server.log_tail() if kind else ""), server_log=server.read_log())

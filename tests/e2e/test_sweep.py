@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import sqlite3
@@ -40,7 +41,7 @@ def test_sweep_two_groups_records_everything(workdir: Path) -> None:
     assert runs[0].baseline and runs[0].params == {}
     # two groups ran trials at the same time
     spans = sorted((r.started_at, r.finished_at, tuple(r.gpu_ids)) for r in launched)
-    assert any(a[1] > b[0] and a[2] != b[2] for a, b in zip(spans, spans[1:], strict=False))
+    assert any(a[1] > b[0] and a[2] != b[2] for a, b in itertools.pairwise(spans))
     assert {tuple(r.gpu_ids) for r in launched} == {("0", "1"), ("2", "3")}
     for r in runs:
         if r.status == "infeasible":

@@ -9,6 +9,7 @@ SGLang's log signatures and exit codes (1: config error, -9/137: scheduler death
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     if not options.get("model_path"):
         parser.error("the following arguments are required: --model-path/--model")
     outcome = evaluate(scenario, options, dict(os.environ))
-    log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in sorted(vars(namespace).items()) if v not in (None, False))})")
+    shown = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(namespace).items()) if v not in (None, False))
+    log(f"server_args=ServerArgs({shown})")
     log(f"Simulated engine: scenario {scenario.name!r}, time_scale {scenario.time_scale:g}: modelled "
         f"{outcome.tok_s_c16 * outcome.noise_factor:.2f} tok/s@C16 (measured ~x{scenario.time_scale:g})")
     startup = outcome.startup_s / scenario.time_scale
@@ -136,11 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     garbage = bool(failure and failure.at == "output")
     state = ServerState(options=options, scenario=scenario, outcome=outcome,
                         scheduler=Scheduler(scenario, outcome, garbage=garbage), version=scenario.sglang_version)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(state, scenario, str(options.get("host") or "127.0.0.1"),
                           int(options.get("port") or 30000)))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -105,7 +105,7 @@ class Scheduler:
 
     def _draw_tokens(self, req: Request, steps: int) -> int:
         accept = self.outcome.accept_len
-        whole, frac = int(math.floor(accept)), accept - math.floor(accept)
+        whole, frac = math.floor(accept), accept - math.floor(accept)
         return sum(whole + (1 if req.rng.random() < frac else 0) for _ in range(steps))
 
     async def generate(self, prompt: str, max_new_tokens: int, ignore_eos: bool) -> AsyncIterator[Request]:

@@ -105,7 +105,8 @@ class Scenario(_Strict):
 
     def env_keys(self) -> list[str]:
         """The environment variables some rule looks at (only these influence the outcome)."""
-        keys = {k[4:] for rule in [*self.effects, *self.failures] for k in rule.match if k.startswith("env.")}
+        rules: list[Effect | FailureRule] = [*self.effects, *self.failures]
+        keys = {k[4:] for rule in rules for k in rule.match if k.startswith("env.")}
         return sorted(keys)
 
 

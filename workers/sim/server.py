@@ -77,6 +77,15 @@ def _generate_event(state: ServerState, req: Request, prompt_tokens: int, rid: s
     return event
 
 
+async def _final(gen: AsyncIterator[Request]) -> Request:
+    """Run a generation to the end (non-streaming requests) and return its final state."""
+    last: Request | None = None
+    async for req in gen:
+        last = req
+    assert last is not None
+    return last
+
+
 def build_app(state: ServerState) -> Starlette:
     """The Starlette application of one simulated server."""
     sched = state.scheduler
@@ -126,7 +135,7 @@ def build_app(state: ServerState) -> Starlette:
         has_text, has_ids = body.get("text") is not None, body.get("input_ids") is not None
         if has_text == has_ids:
             return _error("Either text, input_ids or input_embeds should be provided.")
-        if has_text and not isinstance(body["text"], str) or has_ids and not isinstance(body["input_ids"], list):
+        if (has_text and not isinstance(body["text"], str)) or (has_ids and not isinstance(body["input_ids"], list)):
             return _error("The simulated engine supports one prompt per request.")
         if has_text and state.skip_tokenizer:
             return _error("text input requires a tokenizer; the server runs with --skip-tokenizer-init")
@@ -138,11 +147,7 @@ def build_app(state: ServerState) -> Starlette:
         t0 = time.perf_counter()
         gen = sched.generate(prompt, max_new, bool(params.get("ignore_eos")))
         if not body.get("stream"):
-            last: Request | None = None
-            async for last in gen:
-                pass
-            assert last is not None
-            return JSONResponse(_generate_event(state, last, prompt_tokens, rid, t0))
+            return JSONResponse(_generate_event(state, await _final(gen), prompt_tokens, rid, t0))
 
         async def stream() -> AsyncIterator[bytes]:
             async for req in gen:
@@ -190,10 +195,7 @@ def build_app(state: ServerState) -> Starlette:
                     "total_tokens": prompt_tokens + len(req.pieces)}
 
         if not body.get("stream"):
-            last: Request | None = None
-            async for last in gen:
-                pass
-            assert last is not None
+            last = await _final(gen)
             text = "".join(last.pieces)
             msg = ({"index": 0, "message": {"role": "assistant", "content": text},
                     "finish_reason": last.finish_reason} if chat else
