@@ -193,6 +193,70 @@ def show(
     _run(go)
 
 
+@app.command()
+def export(
+    db: DbOpt = Path("tuner.db"),
+    study: StudyOpt = None,
+    trial: Annotated[int | None, typer.Option(help="Trial number (default: the best).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (default: stdout).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="sh (launch script), json, or yaml (SGLang --config).")]
+    = "sh",
+) -> None:
+    """Export a measured configuration: the exact command that was benchmarked."""
+    from tuner.export import export_text
+
+    def go() -> None:
+        text = export_text(db, study, trial, fmt)
+        if output is None:
+            sys.stdout.write(text)
+            return
+        output.write_text(text)
+        if fmt == "sh":
+            output.chmod(0o755)
+        err_console.print(f"wrote {output}", markup=False)
+
+    _run(go)
+
+
+@app.command()
+def dashboard(
+    db: DbOpt = Path("tuner.db"),
+    host: Annotated[str, typer.Option(help="Interface to bind (no authentication: keep it local).")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+) -> None:
+    """Serve optuna-dashboard on the sweep database (metrics, logs and launch scripts per trial)."""
+    from tuner.dashboard import make_dashboard
+
+    def go() -> None:
+        server = make_dashboard(db, host, port)
+        console.print(f"optuna-dashboard on http://{host}:{port}/ (Ctrl-C to stop)", markup=False)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+
+    _run(go)
+
+
+@app.command()
+def report(
+    db: DbOpt = Path("tuner.db"),
+    study: StudyOpt = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="HTML file to write.")] = Path("report.html"),
+) -> None:
+    """Write one self-contained HTML report (works offline)."""
+    from tuner.report import write_report
+
+    def go() -> None:
+        write_report(db, study, output)
+        console.print(f"wrote {output}", markup=False)
+
+    _run(go)
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="tuner")

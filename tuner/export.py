@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import shlex
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from db.store import RunRow, SweepRow
-from tuner.errors import StudyError
+from tuner.errors import ConfigError, StudyError
 from tuner.render import REDACTED
 
 TUNER_OWNED = ("--host", "--port")
@@ -79,6 +80,8 @@ def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3") -> str:
         f"# tok/s@C{m.get('concurrency', 16)}: {_fmt(run.tok_s, 2)}"
         + (f" measured on the simulator (x{sweep.time_scale:g}): {run.tok_s / sweep.time_scale:.2f} modelled"
            if sweep.engine == "sim" and run.tok_s else ""),
+        *([f"# status: {run.status} ({run.failure_kind}): {run.failure_reason[:200]}".replace("\n", " ")]
+          if run.status != "ok" else []),
         f"# TTFT p50/p99: {_fmt(ttft.get('p50'))} / {_fmt(ttft.get('p99'))} ms   TPOT p50: "
         f"{_fmt(tpot.get('p50'), 2)} ms   gate: {gate}",
         f"# GPUs: {sweep.gpu_count} x {sweep.gpu_name} ({sweep.gpu_arch or '?'}, driver {sweep.driver})",
@@ -120,3 +123,33 @@ def as_sglang_config(run: RunRow) -> str:
         values = [_typed(v) for v in group[1:]]
         data[key] = True if not values else (values[0] if len(values) == 1 else values)
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def pick_run(runs: list[RunRow], trial: int | None, study: str) -> RunRow:
+    """The run to export: ``trial`` if given, else the best measured one."""
+    if trial is not None:
+        run = next((r for r in runs if r.trial_number == trial), None)
+        if run is None:
+            raise StudyError(f"study {study!r} has no trial {trial}")
+        if not run.argv:
+            raise StudyError(f"trial {trial} of {study!r} was never launched ({run.status}); nothing to export")
+        return run
+    ok = [r for r in runs if r.status == "ok" and r.tok_s is not None]
+    if not ok:
+        raise StudyError(f"study {study!r} has no feasible trial yet; see `tuner show --study {study}`")
+    return max(ok, key=lambda r: r.tok_s or 0.0)
+
+
+def export_text(db_path: str | Path, study: str | None, trial: int | None, fmt: str) -> str:
+    """What `tuner export` writes."""
+    from tuner.results import load_results
+
+    if fmt not in ("sh", "json", "yaml"):
+        raise ConfigError(f"--format {fmt!r}: use sh, json or yaml")
+    results = load_results(db_path, study)
+    run = pick_run(results.runs, trial, results.sweep.study_name)
+    if fmt == "json":
+        return as_json(run, results.sweep) + "\n"
+    if fmt == "yaml":
+        return as_sglang_config(run)
+    return launch_script(run, results.sweep)

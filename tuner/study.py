@@ -291,7 +291,13 @@ class Sweep:
             trial.set_user_attr("failure_kind", run.failure_kind)
             trial.set_user_attr("failure_reason", run.failure_reason[:500])
         if run.metrics:
-            trial.set_user_attr("metrics", {k: v for k, v in run.metrics.items() if k != "errors"})
+            m = run.metrics
+            trial.set_user_attr("metrics", {k: v for k, v in m.items() if k != "errors"})
+            for name, value in (("ttft_p50_ms", m["ttft_ms"]["p50"]), ("tpot_p50_ms", m["tpot_ms"]["p50"]),
+                                ("itl_p50_ms", m["itl_ms"]["p50"]), ("concurrency", m["achieved_concurrency"]),
+                                ("accept_length", m["accept_length"])):
+                if isinstance(value, int | float) and value == value:
+                    trial.set_user_attr(name, round(float(value), 3))
         if run.gate:
             trial.set_user_attr("gate", "passed" if run.gate.get("passed") else "failed")
         if run.startup_s is not None:

@@ -1,0 +1,110 @@
+"""Exported launch scripts: quoting, bash round trip, SGLang parsing, secrets, other formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from db.store import RunRow, SweepRow
+from tuner.errors import StudyError
+from tuner.export import as_json, as_sglang_config, launch_script, pick_run, server_options
+from workers.sim.args import build_parser
+
+HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `id` $HOME\nsecond line\ttab"
+
+
+def _sweep() -> SweepRow:
+    return SweepRow(id=1, study_name="s", space_path="/x.yaml", space_text="", engine="sglang",
+                    sglang_version="0.5.23", gpu_name="RTX", gpu_arch="sm_120", gpu_count=8, driver="580",
+                    hosts=["h"], budget=4, roofline_tok_s=None, time_scale=1.0, created_at=datetime.now())
+
+
+def _run(argv: list[str], env: dict[str, str], n: int = 3, status: str = "ok", tok_s: float | None = 25.0) -> RunRow:
+    return RunRow(id=n, trial_number=n, config_key="k", baseline=False, params={"a": 1}, flags={}, argv=argv,
+                  env=env, status=status, failure_kind=None if status == "ok" else "oom", failure_reason="",
+                  log_tail="", tok_s=tok_s, metrics={"concurrency": 16, "ttft_ms": {"p50": 300.0, "p99": 900.0},
+                                                     "tpot_ms": {"p50": 30.0}},
+                  gate={"passed": True}, startup_s=100.0, sglang_version="0.5.23", node="h", gpu_ids=["0"],
+                  started_at=None, finished_at=None, cached_from=None)
+
+
+ARGV = ["/venv/bin/python3", "-m", "sglang.launch_server", "--model-path", "/models/My Model (NVFP4)",
+        "--served-model-name", HOSTILE, "--tp-size", "4", "--trust-remote-code", "--cuda-graph-bs-decode", "1",
+        "2", "4", "--host", "127.0.0.1", "--port", "31234"]
+ENV = {"NCCL_PROTO": "LL", "WEIRD": HOSTILE, "HF_TOKEN": "<redacted>", "SGLANG_SIM_SCENARIO": "/s.yaml"}
+
+
+def _execute(script: str, tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run the script with a fake python3 first on PATH that reports its argv and environment."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    fake = bindir / "python3"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    "print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n")
+    fake.chmod(0o755)
+    path = tmp_path / "launch.sh"
+    path.write_text(script)
+    path.chmod(0o755)
+    run_env = {"PATH": f"{bindir}:{os.environ['PATH']}", **(env or {})}
+    out = subprocess.run([str(path), *extra], capture_output=True, text=True, env=run_env, check=True)
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_script_round_trips_through_bash(tmp_path: Path) -> None:
+    script = launch_script(_run(ARGV, ENV), _sweep())
+    assert script.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    seen = _execute(script, tmp_path, "--port", "30001", env={"HF_TOKEN": "hf_real"})
+    assert seen["argv"] == ["-m", "sglang.launch_server", *server_options(ARGV), "--port", "30001"]
+    env = seen["env"]
+    assert isinstance(env, dict)
+    assert env["NCCL_PROTO"] == "LL" and env["WEIRD"] == HOSTILE and env["HF_TOKEN"] == "hf_real"
+    assert "SGLANG_SIM_SCENARIO" not in env
+    assert not Path("/tmp/pwned").exists()
+    assert "# tok/s@C16: 25.00" in script and "TTFT p50/p99: 300.0 / 900.0 ms" in script
+
+
+def test_redacted_secret_must_come_from_the_environment(tmp_path: Path) -> None:
+    script = launch_script(_run(ARGV, ENV), _sweep())
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        _execute(script, tmp_path)
+    assert "set HF_TOKEN in your environment" in info.value.stderr
+    assert "<redacted>" not in script.split("set -euo pipefail")[1]
+
+
+def test_options_parse_with_sglang_0523_parser() -> None:
+    ns = build_parser("0.5.23").parse_args(server_options(ARGV))
+    assert ns.served_model_name == HOSTILE and ns.model_path == "/models/My Model (NVFP4)"
+    assert ns.cuda_graph_bs_decode == [1, 2, 4] and ns.trust_remote_code and ns.tp_size == 4
+
+
+def test_options_parse_with_real_sglang_when_installed() -> None:
+    pytest.importorskip("sglang.srt.server_args")
+    from sglang.srt.server_args import prepare_server_args
+
+    args = prepare_server_args(server_options(ARGV))
+    assert args.served_model_name == HOSTILE
+
+
+def test_json_and_sglang_config_yaml() -> None:
+    data = json.loads(as_json(_run(ARGV, ENV), _sweep()))
+    assert data["argv"][3:] == server_options(ARGV) and data["env"]["NCCL_PROTO"] == "LL"
+    cfg = yaml.safe_load(as_sglang_config(_run(ARGV, ENV)))
+    assert cfg["tp-size"] == 4 and cfg["trust-remote-code"] is True and cfg["served-model-name"] == HOSTILE
+    assert cfg["cuda-graph-bs-decode"] == [1, 2, 4] and "port" not in cfg
+
+
+def test_pick_run_messages() -> None:
+    runs = [_run(ARGV, ENV, n=1, status="infeasible", tok_s=None)]
+    with pytest.raises(StudyError, match="no feasible trial"):
+        pick_run(runs, None, "s")
+    with pytest.raises(StudyError, match="has no trial 7"):
+        pick_run(runs, 7, "s")
+    assert pick_run([*runs, _run(ARGV, ENV, n=2), _run(ARGV, ENV, n=5, tok_s=30.0)], None, "s").trial_number == 5
