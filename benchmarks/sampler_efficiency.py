@@ -23,9 +23,9 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.sampler import make_sampler  # noqa: E402
-from tuner.space import load_space  # noqa: E402
-from workers.sim.offline import OfflineModel  # noqa: E402
+from tuner.sampler import make_sampler
+from tuner.space import load_space
+from workers.sim.offline import OfflineModel
 
 
 def run(space_path: str, budget: int, seed: int, kind: str, model: OfflineModel, optimum: float) -> tuple[float, int]:
