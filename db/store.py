@@ -8,7 +8,6 @@ options (``--api-key`` ...) are redacted, in argv, env and the server log.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,10 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import Base, Sweep, TrialRun
 from tuner.errors import StoreError
-from tuner.render import REDACTED, redact_env
+from tuner.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
 from workers.types import Config, TrialResult
 
-SECRET_OPTION = re.compile(r"api[-_]key|token|secret|password", re.IGNORECASE)
 BUSY_TIMEOUT_S = 30.0
 MAX_LOG_CHARS = 1_000_000
 
@@ -45,45 +43,6 @@ def enable_wal(path: str | Path) -> None:
             conn.execute("PRAGMA journal_mode=WAL").fetchone()
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: cannot open the database: {exc}") from exc
-
-
-def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
-    """argv with the values of secret options (``--api-key X``) replaced."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if arg.startswith("--") and SECRET_OPTION.search(arg):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=" + REDACTED)
-                continue
-            hide_next = True
-        out.append(arg)
-    return out
-
-
-def redact_flags(flags: dict[str, Any]) -> dict[str, Any]:
-    """Settings (dest names) with secret values (``api_key`` ...) replaced."""
-    return {k: (REDACTED if SECRET_OPTION.search(k) and v is not None else v) for k, v in flags.items()}
-
-
-def secret_values(argv: tuple[str, ...] | list[str], env: dict[str, str],
-                  flags: dict[str, Any] | None = None) -> list[str]:
-    """The secret strings to scrub from logs and texts."""
-    hidden = [v for k, v in env.items() if redact_env({k: v})[k] == REDACTED and v]
-    hidden += [str(v) for k, v in (flags or {}).items() if SECRET_OPTION.search(k) and v is not None]
-    hidden += [a for a, r in zip(argv, redact_argv(argv), strict=True) if r == REDACTED and a != r]
-    return [h for h in hidden if len(h) >= 4]
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with every secret value replaced."""
-    for value in secrets:
-        text = text.replace(value, REDACTED)
-    return text
 
 
 @dataclass(frozen=True)

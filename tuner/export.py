@@ -17,7 +17,7 @@ import yaml
 
 from db.store import RunRow, SweepRow
 from tuner.errors import ConfigError, StudyError
-from tuner.render import REDACTED
+from tuner.redact import REDACTED
 
 TUNER_OWNED = ("--host", "--port")
 

@@ -10,15 +10,12 @@ table, so ``cuda_graph_max_bs`` becomes ``--cuda-graph-max-bs`` before 0.5.23 an
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from typing import Any
 
 from tuner.flags import FlagTable
+from tuner.redact import redact_argv, redact_env
 from workers.types import Config, EngineSpec, LaunchCommand
-
-SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
-REDACTED = "<redacted>"
 
 
 def render_args(flags: dict[str, Any], table: FlagTable) -> list[str]:
@@ -63,12 +60,7 @@ def render(config: Config, table: FlagTable, engine: EngineSpec,
     return LaunchCommand(argv=tuple(argv), env=env)
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """A copy with the values of ``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*`` variables hidden."""
-    return {k: (REDACTED if SECRET_ENV.search(k) else v) for k, v in env.items()}
-
-
 def shell_command(cmd: LaunchCommand) -> str:
     """A copy-pasteable shell line (env assignments, then the shell-quoted argv), secrets redacted."""
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env(cmd.env).items())
-    return (env + " " if env else "") + shlex.join(cmd.argv)
+    return (env + " " if env else "") + shlex.join(redact_argv(cmd.argv))

@@ -22,11 +22,12 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
-from db.store import RunRow, Store, SweepRow, scrub, secret_values, sqlite_url
+from db.store import RunRow, Store, SweepRow, sqlite_url
 from tuner.cluster import Cluster, Group
 from tuner.errors import StudyError
 from tuner.export import launch_script
 from tuner.live import SweepView
+from tuner.redact import scrub, secret_values
 from tuner.sampler import make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace, apply_hardware, check_flags, load_space
 from tuner.watchdog import start_watchdog, stop_watchdog
@@ -106,17 +107,22 @@ def status_of(result: TrialResult) -> str:
 class Sweep:
     """One `tuner sweep` run (see module docstring)."""
 
+    store: Store
+    artifacts: FileSystemArtifactStore
+
     def __init__(self, options: SweepOptions, view_factory: Any) -> None:
         self.opts = options
         self.view_factory = view_factory
-        self.store = Store(options.db_path)
-        self.artifacts = artifact_store(options.db_path)
 
     # ---- setup ------------------------------------------------------------------------------
     def run(self) -> SweepRow:
         """Run to the budget; returns the sweep. Raises SweepInterrupted on Ctrl-C."""
-        space = load_space(self.opts.space_path)
+        space = load_space(self.opts.space_path)  # a bad file stops here: nothing written, nothing started
         engine = space.engine(self.opts.sglang_python)
+        if engine.scenario:
+            from workers.sim.scenario import load_scenario
+
+            load_scenario(engine.scenario)
         cluster = Cluster(engine, space.file.gpus_per_trial, address=self.opts.address, gpus=self.opts.gpus,
                           max_groups=self.opts.max_groups)
         watchdog = start_watchdog()
@@ -127,6 +133,8 @@ class Sweep:
             check_flags(space, node.table)
             arch = space.file.gpu or (node.gpu.arch if node.gpu else None)
             space = apply_hardware(space, arch)
+            self.store = Store(self.opts.db_path)
+            self.artifacts = artifact_store(self.opts.db_path)
             name = self.opts.study_name or space.name
             study = open_study(self.opts.db_path, name, space, self.opts.seed)
             gpu = node.gpu
@@ -152,7 +160,8 @@ class Sweep:
             return sweep
         finally:
             cluster.shutdown()
-            self.store.close()
+            if hasattr(self, "store"):
+                self.store.close()
             stop_watchdog(watchdog)
 
     def _recover(self, study: optuna.Study, sweep: SweepRow) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from tuner.errors import BenchmarkError, FlagError, ServerError
 from tuner.flags import FlagTable
+from tuner.redact import scrub, secret_values
 from tuner.render import render
 from workers.bench import run_benchmark
 from workers.failures import classify, reason_line
@@ -133,6 +134,10 @@ class TrialRunner:
             self._set_phase(None, "idle")
         if interrupted:
             kind, reason, bench = FailureKind.INTERRUPTED, "interrupted by the driver", None
+        secrets = secret_values(cmd.argv, cmd.env, spec.config.flags)
+        log = scrub(server.read_log(), secrets)
+        if secrets:  # the log file on disk must not keep them either
+            server.log_path.write_text(log)
         return result(argv=cmd.argv, env=dict(cmd.env), startup_s=startup_s, bench=bench, gate=gate,
-                      failure_kind=kind, failure_reason=reason,
-                      log_tail=tail or (server.log_tail() if kind else ""), server_log=server.read_log())
+                      failure_kind=kind, failure_reason=scrub(reason, secrets),
+                      log_tail=scrub(tail or (server.log_tail() if kind else ""), secrets), server_log=log)

@@ -11,7 +11,8 @@ import pytest
 from tests.conftest import SPACES
 from tuner.errors import ConfigError, FlagError
 from tuner.flags import FlagTable, introspect
-from tuner.render import redact_env, render, render_args, shell_command
+from tuner.redact import redact_env
+from tuner.render import render, render_args, shell_command
 from tuner.sampler import make_sampler
 from tuner.space import load_space
 from workers.types import Config, EngineSpec

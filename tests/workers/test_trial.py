@@ -82,3 +82,13 @@ def test_interrupt_stops_the_server_and_marks_the_trial(runner: TrialRunner, tmp
     assert not thread.is_alive()
     result = holder["r"]
     assert getattr(result, "failure_kind", None) == FailureKind.INTERRUPTED
+
+
+def test_secrets_are_scrubbed_from_logs_on_disk_and_in_the_result(runner: TrialRunner, tmp_path: Path) -> None:
+    spec = _spec(5, {"model_path": "/m/fast", "api_key": "sk-topsecret-123"}, tmp_path)
+    result = runner.run(spec)
+    assert result.ok
+    on_disk = (tmp_path / "trial-0005.log").read_text()
+    assert "api_key='<redacted>'" in on_disk and "sk-topsecret-123" not in on_disk
+    assert "sk-topsecret-123" not in result.server_log
+    assert "sk-topsecret-123" in result.argv  # the server itself got the real value

@@ -1,0 +1,64 @@
+"""The command line as a user runs it: exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import SPACES
+
+CLI = [sys.executable, "-m", "tuner.cli"]
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": str(cwd or "/tmp")})
+
+
+def test_validate_prints_cardinality_of_every_bundled_space() -> None:
+    for space in sorted(SPACES.glob("*.yaml")):
+        proc = _run("validate", str(space))
+        assert proc.returncode == 0, proc.stderr
+        assert "configurations after" in proc.stdout
+
+
+def test_validate_broken_file_exits_2_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nparams:\n  moe_runner_backend: {choices: [auto, marlinn]}\n")
+    proc = _run("validate", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {bad}: params.moe_runner_backend.choices[1]: 'marlinn' is not a --moe-runner-backend of "
+        "SGLang 0.5.23 (did you mean 'marlin'?)"]
+    assert proc.stdout == ""
+
+
+def test_validate_reports_hardware_pruning() -> None:
+    proc = _run("validate", str(SPACES / "deepseek-v4-flash-rtx-pro-6000.yaml"), "--gpu", "sm_120")
+    assert proc.returncode == 0
+    assert "pruned moe_runner_backend=flashinfer_trtllm: trtllm-gen MoE kernels are SM100-only" in proc.stdout
+
+
+def test_render_prints_a_copy_pasteable_command() -> None:
+    proc = _run("render", str(SPACES / "deepseek-v4-flash-rtx-pro-6000.yaml"), "--set", "quant_format=nvfp4",
+                "--set", "nccl=ll_ring", "--set", "cuda_graph_max_bs=32")
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert line.startswith("NCCL_PROTO=LL NCCL_ALGO=Ring python3 -m sglang.launch_server --model-path ")
+    assert "--cuda-graph-max-bs-decode 32" in line and "--model-path /models/DeepSeek-V4-Flash-NVFP4" in line
+    old = _run("render", str(SPACES / "demo-sim.yaml"), "--set", "bogus=1")
+    assert old.returncode == 2 and "--set bogus: unknown parameter" in old.stderr
+
+
+def test_sweep_with_a_broken_space_writes_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nengine: sim\n")
+    proc = _run("sweep", "--space", str(bad), "--db", str(tmp_path / "t.db"), cwd=tmp_path)
+    assert proc.returncode == 2 and "engine: sim needs a scenario" in proc.stderr
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_show_without_database() -> None:
+    proc = _run("show", "--db", "/nonexistent/t.db")
+    assert proc.returncode == 1 and "no such database" in proc.stderr
