@@ -20,6 +20,8 @@ import time
 
 import psutil
 
+from workers.procs import terminate_all
+
 SNAPSHOT_INTERVAL_S = 1.0
 GRACE_S = 3.0
 
@@ -63,13 +65,7 @@ def terminate(known: dict[int, float]) -> int:
             proc = psutil.Process(pid)
             if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
                 procs.append(proc)
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=GRACE_S)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
+    terminate_all(procs, GRACE_S)
     return len(procs)
 
 

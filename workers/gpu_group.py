@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from workers.node import NodeInfo, probe_node
-from workers.server import sweep_orphans
+from workers.procs import sweep_orphans
 from workers.trial import Phase, TrialRunner
 from workers.types import EngineSpec, TrialResult, TrialSpec
 

@@ -22,6 +22,7 @@ import psutil
 
 from tuner.errors import ServerStartError, ServerTimeoutError
 from workers.failures import FATAL_LINES, classify, reason_line
+from workers.procs import sweep_orphans, terminate_all
 from workers.types import FailureKind, LaunchCommand
 
 READY_LINE = "The server is fired up and ready to roll!"
@@ -155,15 +156,7 @@ class ServerProcess:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Terminate the whole process tree (idempotent); returns when every process is gone."""
-        procs = self.tree()
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=grace_s)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(alive, timeout=5)
+        terminate_all(self.tree(), grace_s)
         if self.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5)
@@ -176,20 +169,3 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def sweep_orphans() -> list[int]:
-    """Kill orphans (re-parented to init) in our own process group, only if we lead that group.
-
-    Ray workers lead their own group, so this reaches only what this worker started.
-    """
-    me = os.getpid()
-    if os.getpgid(0) != me:
-        return []
-    killed = []
-    for p in psutil.process_iter(["pid", "ppid"]):
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if p.pid != me and os.getpgid(p.pid) == me and p.info["ppid"] in (0, 1):
-                p.kill()
-                killed.append(p.pid)
-    return killed
