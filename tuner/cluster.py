@@ -32,6 +32,7 @@ class Group:
     node: NodeInfo
     gpu_ids: tuple[str, ...]
     pid: int
+    ray_node: str = ""
 
 
 class Cluster:
@@ -94,8 +95,9 @@ class Cluster:
         except ray.exceptions.RayActorError as exc:
             cause = str(exc).strip().splitlines()
             raise ClusterError(f"a GPU-group actor failed to start: {cause[-1] if cause else exc}") from exc
-        self.groups = [Group(i, a, node, ids, pid) for i, (a, (node, ids, pid)) in enumerate(zip(actors, infos,
-                                                                                              strict=True))]
+        nodes = ray.get([a.ray_node_id.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
+        self.groups = [Group(i, a, node, ids, pid, ray_node)
+                       for i, (a, (node, ids, pid), ray_node) in enumerate(zip(actors, infos, nodes, strict=True))]
         return self.groups
 
     def replace(self, group: Group) -> Group:
@@ -106,7 +108,7 @@ class Cluster:
                                                    max_restarts=0)
         actor: Any = remote.remote(self.engine)
         node, ids, pid = ray.get(actor.info.remote(), timeout=ACTOR_READY_TIMEOUT_S)
-        new = Group(group.index, actor, node, ids, pid)
+        new = Group(group.index, actor, node, ids, pid, ray.get(actor.ray_node_id.remote()))
         self.groups[group.index] = new
         return new
 

@@ -153,6 +153,9 @@ class Sweep:
             with view:
                 view.log(f"study {name}: {len(groups)} group(s) of {space.file.gpus_per_trial} GPU(s), "
                          f"SGLang {node.sglang_version} ({node.table.source}), GPU {arch or 'unknown'}")
+                for g in groups:
+                    view.log(f"group {g.index}: {g.node.host} (Ray node {g.ray_node[:12]}), GPUs "
+                             f"{','.join(g.gpu_ids)}")
                 for p in space.pruned:
                     view.log(f"pruned {p.reason}")
                 self._recover(study, sweep)

@@ -41,6 +41,12 @@ class GPUGroup:
         """(node info, GPU ids, actor PID)."""
         return self.node, self.gpu_ids, os.getpid()
 
+    def ray_node_id(self) -> str:
+        """The Ray node this group lives on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def run_trial(self, spec: TrialSpec) -> TrialResult:
         """Run one trial (see workers.trial.TrialRunner.run)."""
         return self.runner.run(spec)
