@@ -103,8 +103,9 @@ class TrialRunner:
             startup_s = server.wait_ready(spec.startup_timeout_s)
             if spec.gate.enabled:
                 phase("gate")
-                dummy = spec.config.flags.get("load_format") == "dummy"
-                gate = asyncio.run(run_gate(server.url, spec.gate, dummy_weights=dummy))
+                flags = spec.config.flags
+                gate = asyncio.run(run_gate(server.url, spec.gate, dummy_weights=flags.get("load_format") == "dummy",
+                                            no_tokenizer=bool(flags.get("skip_tokenizer_init"))))
                 if not gate.passed:
                     kind, reason = FailureKind.GATE_FAILED, f"correctness gate failed: {gate.summary()}"
             if kind is None:

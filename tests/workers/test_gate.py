@@ -32,6 +32,21 @@ def test_gate_fails_marlin_on_mxfp4_and_passes_nvfp4_marlin(tmp_path: Path) -> N
     assert not default.passed
 
 
+def test_servers_without_tokenizer_are_checked_on_token_ids(tmp_path: Path) -> None:
+    server = start_sim(SEED, {"model_path": "/models/DeepSeek-V4-Flash-NVFP4", "skip_tokenizer_init": True},
+                       tmp_path)
+    bad = start_sim(SEED, {"model_path": "/models/DeepSeek-V4-Flash", "moe_runner_backend": "marlin",
+                           "skip_tokenizer_init": True}, tmp_path)
+    try:
+        ok = asyncio.run(run_gate(server.url, GATE, no_tokenizer=True))
+        garbage = asyncio.run(run_gate(bad.url, GATE, no_tokenizer=True))
+    finally:
+        server.stop()
+        bad.stop()
+    assert ok.passed and ok.semantic_skipped
+    assert not garbage.passed and "one token repeated" in garbage.checks[0].reason
+
+
 def test_dummy_weights_skip_semantic_checks() -> None:
     prompt = GatePrompt(text="q", expect="391")
     assert check_output(prompt, "zq!x", [5, 9, 7], dummy_weights=True).ok
