@@ -216,6 +216,13 @@ class Store:
                 TrialRun.status.in_(("ok", "infeasible"))).order_by(TrialRun.trial_number))
             return _row(r, RunRow) if r else None
 
+    def best_tok_s(self, sweep_id: int) -> float | None:
+        """The highest tok/s@C16 measured so far in a sweep (None before the first)."""
+        with self._session() as s:
+            q = select(func.max(TrialRun.tok_s)).where(TrialRun.sweep_id == sweep_id, TrialRun.status == "ok")
+            value = s.scalar(q)
+            return float(value) if value is not None else None
+
     def count_launched(self, sweep_id: int) -> int:
         """Runs that cost a launch and produced a verdict (ok or infeasible): what the budget counts."""
         with self._session() as s:

@@ -81,6 +81,8 @@ class SweepView:
     def _fmt(self, run: RunRow) -> str:
         if run.status in ("ok", "cached") and run.tok_s is not None:
             extra = f" (modelled {run.tok_s / self.time_scale:.2f})" if self.time_scale != 1 else ""
+            if (run.metrics or {}).get("early_stopped"):
+                extra += " early-stopped"
             return f"{run.tok_s:.1f} tok/s@C16{extra}"
         return f"{run.status}: {run.failure_kind or ''} {run.failure_reason[:100]}"
 

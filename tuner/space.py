@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -214,9 +214,14 @@ class SearchSpace:
             scenario=scenario, sglang_version=self.file.sglang_version,
         )
 
-    def bench_config(self) -> BenchConfig:
-        """The benchmark settings of the space."""
-        return BenchConfig(**self.file.benchmark.model_dump())
+    def bench_config(self, best_tok_s: float | None = None) -> BenchConfig:
+        """The benchmark settings of the space; with early stopping on and a best result so far, a run
+        below ``early_stop_fraction`` x that best after ``early_stop_window_s`` stops early."""
+        spec = self.file.benchmark.model_dump(exclude={"early_stop_fraction"})
+        cfg = BenchConfig(**spec)
+        if cfg.early_stop_window_s and best_tok_s:
+            cfg = replace(cfg, early_stop_below_tok_s=best_tok_s * self.file.benchmark.early_stop_fraction)
+        return cfg
 
     def gate_config(self) -> GateConfig:
         """The correctness gate of the space."""

@@ -66,6 +66,15 @@ class BenchmarkSpec(_Strict):
     api: Literal["generate", "completions"] = "generate"
     request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
     max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05
+    early_stop_window_s: Annotated[float, Field(gt=0)] | None = None
+    early_stop_fraction: Annotated[float, Field(gt=0, le=1)] = 0.8
+
+    @model_validator(mode="after")
+    def _early_window_inside(self) -> BenchmarkSpec:
+        if self.early_stop_window_s is not None and self.early_stop_window_s >= self.duration_s:
+            raise ValueError(f"early_stop_window_s ({self.early_stop_window_s:g}) must be shorter than "
+                             f"duration_s ({self.duration_s:g})")
+        return self
 
 
 class GatePromptSpec(_Strict):

@@ -220,7 +220,8 @@ class Sweep:
                     repeats = 0
                     group = idle.pop(0)
                     spec = TrialSpec(trial_number=trial.number, config=config, engine=cluster.engine,
-                                     bench=space.bench_config(), gate=space.gate_config(),
+                                     bench=space.bench_config(self.store.best_tok_s(sweep.id)),
+                                     gate=space.gate_config(),
                                      startup_timeout_s=space.file.startup_timeout_s,
                                      log_dir=str(self._log_dir(sweep)))
                     ref = group.actor.run_trial.remote(spec)
@@ -305,6 +306,8 @@ class Sweep:
         if run.metrics:
             m = run.metrics
             trial.set_user_attr("metrics", {k: v for k, v in m.items() if k != "errors"})
+            if m.get("early_stopped"):
+                trial.set_user_attr("early_stopped", True)
             for name, value in (("ttft_p50_ms", m["ttft_ms"]["p50"]), ("tpot_p50_ms", m["tpot_ms"]["p50"]),
                                 ("itl_p50_ms", m["itl_ms"]["p50"]), ("concurrency", m["achieved_concurrency"]),
                                 ("accept_length", m["accept_length"])):

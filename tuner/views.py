@@ -81,7 +81,8 @@ def print_bench(console: Console, result: Any, url: str) -> None:
 def _result_cell(run: Any, time_scale: float) -> str:
     if run.tok_s is not None and run.status in ("ok", "cached"):
         modelled = f" ({run.tok_s / time_scale:.2f})" if time_scale != 1 else ""
-        return f"{run.tok_s:.1f}{modelled}"
+        early = " early-stopped" if (run.metrics or {}).get("early_stopped") else ""
+        return f"{run.tok_s:.1f}{modelled}{early}"
     return "-"
 
 

@@ -14,6 +14,7 @@ but :class:`tuner.errors.BenchmarkError`, and never hang past the whole-run time
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import statistics
@@ -120,6 +121,9 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
 
     ``on_phase`` is called with "warm-up" at the start and "measuring" when the window opens;
     ``should_stop`` is polled every 0.1 s and ends the run at once (server died, interrupted).
+    Early stopping: with ``early_stop_below_tok_s`` and ``early_stop_window_s`` set, a run whose
+    first ``early_stop_window_s`` of measurement is below that rate ends there, and its result
+    (measured over that short window) says ``early_stopped``.
     """
     rng = random.Random(cfg.seed)
     path, _ = _payload(cfg, [])
@@ -131,6 +135,10 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
     end = warm_end + cfg.repeats * cfg.duration_s
     failures_in_span = 0
     abort: list[str] = []
+    early_at = (warm_end + cfg.early_stop_window_s
+                if cfg.early_stop_below_tok_s and cfg.early_stop_window_s and cfg.early_stop_window_s < cfg.duration_s
+                else None)
+    early_stopped = False
 
     async def worker(client: httpx.AsyncClient) -> None:
         nonlocal failures_in_span
@@ -154,7 +162,15 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
         tasks = [asyncio.create_task(worker(client)) for _ in range(cfg.concurrency)]
 
         async def watch() -> None:
+            nonlocal early_stopped
+            checked = early_at is None
             while should_stop is None or not should_stop():
+                if not checked and early_at is not None and time.perf_counter() >= early_at:
+                    checked = True
+                    rate = tokens_in(records, warm_end, early_at) / (early_at - warm_end)
+                    if rate < (cfg.early_stop_below_tok_s or 0.0):
+                        early_stopped = True
+                        return
                 await asyncio.sleep(STOP_POLL_S)
             abort.append("stopped: the server is no longer running")
 
@@ -175,6 +191,9 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
         raise BenchmarkError(f"{url}: {abort[0]}")
     if abort:
         raise BenchmarkError(f"{url}: every request failed ({failures_in_span} failures), last: {abort[0]}")
+    if early_stopped and early_at is not None:
+        short = dataclasses.replace(cfg, duration_s=early_at - warm_end, repeats=1)
+        return dataclasses.replace(summarize(records, short, warm_end, now, url), early_stopped=True)
     return summarize(records, cfg, warm_end, now, url)
 
 

@@ -59,6 +59,8 @@ class BenchConfig:
     request_timeout_s: float = 120.0
     max_failed_fraction: float = 0.05
     seed: int = 0
+    early_stop_window_s: float | None = None
+    early_stop_below_tok_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ class BenchResult:
     duration_s: float
     spread: float = 0.0
     errors: tuple[str, ...] = ()
+    early_stopped: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every metric."""

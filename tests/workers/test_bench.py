@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -167,3 +168,22 @@ def test_repeat_mode_reports_median_and_spread(tmp_path: Path) -> None:
     assert len(result.window_tok_s) == 3
     assert sorted(result.window_tok_s)[1] == result.tok_s
     assert 0 <= result.spread < 0.1
+
+
+def test_early_stopping_ends_a_clearly_slow_run(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(STEADY)
+    server = start_sim(path, {"model_path": "/m"}, tmp_path)
+    try:
+        base = BenchConfig(concurrency=16, input_len=64, output_len=128, warmup_s=0.5, duration_s=4.0,
+                           early_stop_window_s=1.0)
+        t0 = time.monotonic()
+        slow = asyncio.run(run_benchmark(server.url, dataclasses.replace(base, early_stop_below_tok_s=1e9)))
+        stopped_after = time.monotonic() - t0
+        fine = asyncio.run(run_benchmark(server.url, dataclasses.replace(base, early_stop_below_tok_s=10.0)))
+    finally:
+        server.stop()
+    assert slow.early_stopped and slow.duration_s == pytest.approx(1.0) and slow.tok_s > 0
+    assert stopped_after < base.warmup_s + base.duration_s
+    assert not fine.early_stopped and fine.duration_s == pytest.approx(4.0)
+    assert slow.tok_s == pytest.approx(fine.tok_s, rel=0.1)
