@@ -66,3 +66,4 @@ class TrialRun(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     cached_from: Mapped[int | None] = mapped_column(Integer)
+    repeat_of: Mapped[int | None] = mapped_column(Integer)

@@ -92,6 +92,7 @@ class RunRow:
     started_at: datetime | None
     finished_at: datetime | None
     cached_from: int | None
+    repeat_of: int | None = None
 
 
 def _row(obj: Any, cls: type[Any]) -> Any:
@@ -156,8 +157,12 @@ class Store:
 
     # ---- runs ----------------------------------------------------------------------------------
     def record(self, sweep_id: int, result: TrialResult, config: Config, *, status: str,
-               baseline: bool = False, cached_from: int | None = None) -> RunRow:
-        """Write one trial run (secrets redacted); a second record of the same trial number replaces it."""
+               baseline: bool = False, cached_from: int | None = None, repeat_of: int | None = None) -> RunRow:
+        """Write one trial run (secrets redacted); a second record of the same trial number replaces it.
+
+        ``cached_from``: answered from that trial's run, no launch. ``repeat_of``: a confirmation
+        measurement of that trial's configuration.
+        """
         secrets = secret_values(result.argv, {**config.env, **result.env}, config.flags)
         bench = result.bench
         with self._session() as s:
@@ -178,6 +183,7 @@ class Store:
                 gate=asdict(result.gate) if result.gate else None, startup_s=result.startup_s,
                 sglang_version=result.sglang_version, node=result.node, gpu_ids=list(result.gpu_ids),
                 started_at=_ts(result.started_at), finished_at=_ts(result.finished_at), cached_from=cached_from,
+                repeat_of=repeat_of,
             )
             s.add(run)
             s.flush()
@@ -212,7 +218,7 @@ class Store:
         """The first launched (not cached, not interrupted) run of a configuration, if any."""
         with self._session() as s:
             r = s.scalar(select(TrialRun).where(
-                TrialRun.sweep_id == sweep_id, TrialRun.config_key == config_key,
+                TrialRun.sweep_id == sweep_id, TrialRun.config_key == config_key, TrialRun.repeat_of.is_(None),
                 TrialRun.status.in_(("ok", "infeasible"))).order_by(TrialRun.trial_number))
             return _row(r, RunRow) if r else None
 
@@ -224,10 +230,11 @@ class Store:
             return float(value) if value is not None else None
 
     def count_launched(self, sweep_id: int) -> int:
-        """Runs that cost a launch and produced a verdict (ok or infeasible): what the budget counts."""
+        """Distinct configurations launched with a verdict (ok or infeasible): what the budget counts."""
         with self._session() as s:
             q = select(func.count()).select_from(TrialRun).where(
-                TrialRun.sweep_id == sweep_id, TrialRun.status.in_(("ok", "infeasible")))
+                TrialRun.sweep_id == sweep_id, TrialRun.status.in_(("ok", "infeasible")),
+                TrialRun.repeat_of.is_(None))
             return int(s.scalar(q) or 0)
 
     def server_log(self, sweep_id: int, trial_number: int) -> str:

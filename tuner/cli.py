@@ -126,6 +126,8 @@ def sweep(
     space: Annotated[Path | None, typer.Option(help="Search-space YAML (default: the bundled no-GPU demo).")]
     = None,
     budget: Annotated[int, typer.Option(min=1, help="Distinct configurations to launch.")] = 40,
+    confirm: Annotated[int, typer.Option(min=0, help="Then measure the N best once more; rank by median.")]
+    = 0,
     db: DbOpt = Path("tuner.db"),
     study: Annotated[str | None, typer.Option(help="Study name (default: the space's name).")] = None,
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: a local Ray).")] = None,
@@ -151,7 +153,7 @@ def sweep(
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
-    opts = SweepOptions(space_path=str(space), db_path=str(db), study_name=study, budget=budget,
+    opts = SweepOptions(space_path=str(space), db_path=str(db), study_name=study, budget=budget, confirm=confirm,
                         address=address, gpus=gpus, max_groups=groups, sglang_python=sglang_python, seed=seed)
 
     def go() -> None:
@@ -183,7 +185,9 @@ def show(
     def go() -> None:
         results = load_results(db, study)
         if as_json:
-            rows = [{k: v for k, v in asdict(r).items() if k != "log_tail"} for r in results.ranked()]
+            rows = [{**{k: v for k, v in asdict(r).items() if k != "log_tail"},
+                     "tok_s_samples": results.samples(r.config_key) if r.status == "ok" else []}
+                    for r in results.ranked()]
             print(json.dumps({"study": results.sweep.study_name, "time_scale": results.sweep.time_scale,
                               "trials": rows}, indent=2, default=str))
             return

@@ -17,7 +17,7 @@ import optuna
 
 from db.store import sqlite_url
 from tuner.errors import ConfigError, StudyError
-from tuner.study import artifact_store
+from tuner.recording import artifact_store
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):

@@ -18,6 +18,7 @@ import yaml
 from db.store import RunRow, SweepRow
 from tuner.errors import ConfigError, StudyError
 from tuner.redact import REDACTED
+from tuner.results import SweepResults, load_results
 
 TUNER_OWNED = ("--host", "--port")
 
@@ -68,8 +69,11 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
 
 
-def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3") -> str:
-    """An executable bash script that launches the measured configuration."""
+def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3", samples: list[float] | None = None) -> str:
+    """An executable bash script that launches the measured configuration.
+
+    ``samples``: every tok/s@C16 measured for this configuration (confirmations), if more than one.
+    """
     m = run.metrics or {}
     ttft, tpot = m.get("ttft_ms") or {}, m.get("tpot_ms") or {}
     gate = "passed" if run.gate and run.gate.get("passed") else ("failed" if run.gate else "not run")
@@ -79,7 +83,9 @@ def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3") -> str:
         + (" (baseline)" if run.baseline else ""),
         f"# tok/s@C{m.get('concurrency', 16)}: {_fmt(run.tok_s, 2)}"
         + (f" measured on the simulator (x{sweep.time_scale:g}): {run.tok_s / sweep.time_scale:.2f} modelled"
-           if sweep.engine == "sim" and run.tok_s else ""),
+           if sweep.engine == "sim" and run.tok_s else "")
+        + (f" (median of {len(samples)} measurements: {', '.join(f'{v:.2f}' for v in samples)})"
+           if samples and len(samples) > 1 else ""),
         *([f"# status: {run.status} ({run.failure_kind}): {run.failure_reason[:200]}".replace("\n", " ")]
           if run.status != "ok" else []),
         f"# TTFT p50/p99: {_fmt(ttft.get('p50'))} / {_fmt(ttft.get('p99'))} ms   TPOT p50: "
@@ -125,31 +131,30 @@ def as_sglang_config(run: RunRow) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def pick_run(runs: list[RunRow], trial: int | None, study: str) -> RunRow:
-    """The run to export: ``trial`` if given, else the best measured one."""
+def pick_run(results: SweepResults, trial: int | None) -> RunRow:
+    """The run to export: ``trial`` if given, else the best measured configuration (by median)."""
+    study = results.sweep.study_name
     if trial is not None:
-        run = next((r for r in runs if r.trial_number == trial), None)
+        run = next((r for r in results.runs if r.trial_number == trial), None)
         if run is None:
             raise StudyError(f"study {study!r} has no trial {trial}")
         if not run.argv:
             raise StudyError(f"trial {trial} of {study!r} was never launched ({run.status}); nothing to export")
         return run
-    ok = [r for r in runs if r.status == "ok" and r.tok_s is not None]
-    if not ok:
+    best = results.best()
+    if best is None:
         raise StudyError(f"study {study!r} has no feasible trial yet; see `tuner show --study {study}`")
-    return max(ok, key=lambda r: r.tok_s or 0.0)
+    return best
 
 
 def export_text(db_path: str | Path, study: str | None, trial: int | None, fmt: str) -> str:
     """What `tuner export` writes."""
-    from tuner.results import load_results
-
     if fmt not in ("sh", "json", "yaml"):
         raise ConfigError(f"--format {fmt!r}: use sh, json or yaml")
     results = load_results(db_path, study)
-    run = pick_run(results.runs, trial, results.sweep.study_name)
+    run = pick_run(results, trial)
     if fmt == "json":
         return as_json(run, results.sweep) + "\n"
     if fmt == "yaml":
         return as_sglang_config(run)
-    return launch_script(run, results.sweep)
+    return launch_script(run, results.sweep, samples=results.samples(run.config_key))

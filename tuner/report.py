@@ -78,10 +78,10 @@ def best_vs_baseline_figure(results: SweepResults) -> go.Figure | None:
     if best is None:
         return None
     names = [f"best (trial {best.trial_number})"]
-    values = [best.tok_s or 0.0]
+    values = [results.score(best)]
     if base is not None and base.tok_s:
         names.insert(0, f"baseline (trial {base.trial_number})")
-        values.insert(0, base.tok_s)
+        values.insert(0, results.score(base))
     scale = results.sweep.time_scale or 1.0
     if results.sweep.roofline_tok_s:
         names.append("roofline")
@@ -108,9 +108,9 @@ def _optuna_figures(study: optuna.Study) -> list[tuple[str, go.Figure | None, st
 
 def _top_table(results: SweepResults) -> str:
     rows = []
-    for r in [r for r in results.ranked() if r.status == "ok"][:5]:
-        script = html.escape(launch_script(r, results.sweep))
-        rows.append(f"<tr><td>{r.trial_number}</td><td>{(r.tok_s or 0):.1f}</td><td><pre>{script}</pre></td></tr>")
+    for r in results.measured()[:5]:
+        script = html.escape(launch_script(r, results.sweep, samples=results.samples(r.config_key)))
+        rows.append(f"<tr><td>{r.trial_number}</td><td>{results.score(r):.1f}</td><td><pre>{script}</pre></td></tr>")
     if not rows:
         return _note("no feasible trial")
     return "<table><tr><th>trial</th><th>tok/s@C16</th><th>launch command</th></tr>" + "".join(rows) + "</table>"
@@ -135,7 +135,7 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
     best = results.best()
     summary = (f"{len(results.runs)} trials; engine {sweep.engine}; SGLang {sweep.sglang_version}; "
                f"{sweep.gpu_count} x {sweep.gpu_name} ({sweep.gpu_arch}); best "
-               f"{(best.tok_s or 0):.1f} tok/s@C16 (trial {best.trial_number})" if best else "no feasible trial")
+               f"{results.score(best):.1f} tok/s@C16 (trial {best.trial_number})" if best else "no feasible trial")
     head = ("<!doctype html><html><head><meta charset='utf-8'><title>sglang-tuner report: "
             f"{html.escape(sweep.study_name)}</title><style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}"
             "pre{background:#f4f4f4;padding:.5em;font-size:12px;overflow-x:auto}"

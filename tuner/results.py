@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,16 +17,30 @@ class SweepResults:
     sweep: SweepRow
     runs: list[RunRow]
 
+    def samples(self, config_key: str) -> list[float]:
+        """Every tok/s@C16 measured for a configuration: the first launch and its confirmations."""
+        return [r.tok_s for r in self.runs
+                if r.config_key == config_key and r.status == "ok" and r.tok_s is not None]
+
+    def score(self, run: RunRow) -> float:
+        """A configuration's tok/s@C16: the median of its measurements."""
+        return statistics.median(self.samples(run.config_key) or [0.0])
+
+    def measured(self) -> list[RunRow]:
+        """The first measured run of each configuration, best (median) first."""
+        first = [r for r in self.runs if r.status == "ok" and r.tok_s is not None and r.repeat_of is None]
+        return sorted(first, key=lambda r: -self.score(r))
+
     def ranked(self) -> list[RunRow]:
-        """Measured runs by tok/s (best first), then failures by trial number."""
-        ok = sorted((r for r in self.runs if r.status == "ok" and r.tok_s is not None),
-                    key=lambda r: -(r.tok_s or 0.0))
-        return ok + [r for r in self.runs if r not in ok]
+        """Measured configurations by median tok/s (best first), then every other run by trial number."""
+        ok = self.measured()
+        seen = {r.trial_number for r in ok}
+        return ok + [r for r in self.runs if r.trial_number not in seen]
 
     def best(self) -> RunRow | None:
-        """The fastest measured run."""
-        ok = [r for r in self.runs if r.status == "ok" and r.tok_s is not None]
-        return max(ok, key=lambda r: r.tok_s or 0.0) if ok else None
+        """The first run of the configuration with the best median tok/s@C16."""
+        ok = self.measured()
+        return ok[0] if ok else None
 
     def baseline(self) -> RunRow | None:
         """The baseline run (base settings only)."""

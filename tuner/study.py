@@ -2,16 +2,15 @@
 
 Loop: while fewer than ``budget`` configurations have been launched, give every idle group a
 trial (``ask`` -> sample -> answered from the store if that configuration was already measured,
-else ``run_trial.remote``); ``ray.wait`` for results and handle each as it comes: store it,
-attach attributes and artifacts, then ``tell``. Configuration failures are COMPLETE + infeasible
-(constraint > 0, so TPE learns); infrastructure failures are FAIL and re-queued once. A RUNNING
-trial left by a dead driver is failed and re-queued at start. The first trial is the baseline.
+else ``run_trial.remote``); ``ray.wait`` for results and record each as it comes
+(:mod:`tuner.recording`). Infrastructure failures are re-queued once. A RUNNING trial left by a
+dead driver is failed and re-queued at start. The first trial is the baseline. With ``confirm``,
+the best configurations are then measured once more and ranked by their median.
 """
 
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -19,22 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
-from db.store import RunRow, Store, SweepRow, sqlite_url
+from db.store import Store, SweepRow, sqlite_url
 from tuner.cluster import Cluster, Group
 from tuner.errors import StudyError
-from tuner.export import launch_script
-from tuner.live import SweepView
+from tuner.live import GroupView, SweepView
+from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
 from tuner.redact import scrub, secret_values
+from tuner.results import SweepResults
 from tuner.sampler import make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace, apply_hardware, check_flags, load_space
 from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.types import Config, FailureKind, TrialResult, TrialSpec
 
 MAX_CONSECUTIVE_REPEATS = 100
-INFEASIBLE_VALUE = 0.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +43,7 @@ class SweepOptions:
     db_path: str = "tuner.db"
     study_name: str | None = None
     budget: int = 40
+    confirm: int = 0
     address: str | None = None
     gpus: int | None = None
     max_groups: int | None = None
@@ -61,7 +60,22 @@ class Pending:
     group: Group
     baseline: bool
     retry_of: int | None
+    repeat_of: int | None
     sent_at: float = field(default_factory=time.time)
+
+
+@dataclass
+class Quota:
+    """How many more launches a phase may start: up to the budget, or the queued confirmations."""
+
+    budget: int
+    confirmations: int | None = None
+
+    def open(self, launched: int, pending: int) -> bool:
+        """May another trial be launched?"""
+        if self.confirmations is not None:
+            return self.confirmations > 0
+        return launched + pending < self.budget
 
 
 class SweepInterrupted(Exception):
@@ -86,29 +100,11 @@ def open_study(db_path: str | Path, name: str, space: SearchSpace | None, seed: 
     return study
 
 
-def artifact_store(db_path: str | Path) -> FileSystemArtifactStore:
-    """The artifact store beside the database (``<db>-artifacts/``)."""
-    path = Path(db_path).resolve()
-    base = path.with_name(path.stem + "-artifacts")
-    base.mkdir(parents=True, exist_ok=True)
-    return FileSystemArtifactStore(str(base))
-
-
-def status_of(result: TrialResult) -> str:
-    """ok | infeasible | interrupted | failed (infrastructure)."""
-    if result.ok:
-        return "ok"
-    assert result.failure_kind is not None
-    if result.failure_kind.config_caused:
-        return "infeasible"
-    return "interrupted" if result.failure_kind == FailureKind.INTERRUPTED else "failed"
-
-
 class Sweep:
     """One `tuner sweep` run (see module docstring)."""
 
     store: Store
-    artifacts: FileSystemArtifactStore
+    recorder: Recorder
 
     def __init__(self, options: SweepOptions, view_factory: Any) -> None:
         self.opts = options
@@ -134,7 +130,6 @@ class Sweep:
             arch = space.file.gpu or (node.gpu.arch if node.gpu else None)
             space = apply_hardware(space, arch)
             self.store = Store(self.opts.db_path)
-            self.artifacts = artifact_store(self.opts.db_path)
             name = self.opts.study_name or space.name
             study = open_study(self.opts.db_path, name, space, self.opts.seed)
             gpu = node.gpu
@@ -144,11 +139,11 @@ class Sweep:
                 engine=engine.kind, sglang_version=node.sglang_version,
                 gpu_name=gpu.name if gpu else "unknown", gpu_arch=arch, gpu_count=gpu.count if gpu else 0,
                 driver=gpu.driver if gpu else "unknown", hosts=sorted({g.node.host for g in groups}),
-                budget=self.opts.budget, roofline_tok_s=space.file.roofline.tok_s if space.file.roofline else None,
+                budget=self.opts.budget,
+                roofline_tok_s=space.file.roofline.tok_s if space.file.roofline else None,
                 time_scale=node.time_scale)
+            self.recorder = Recorder(self.store, sweep, artifact_store(self.opts.db_path))
             view = self.view_factory(name, self.opts.budget, node.time_scale)
-            from tuner.live import GroupView
-
             view.groups = [GroupView(f"{g.index} {g.node.host} gpu {','.join(g.gpu_ids)}") for g in groups]
             with view:
                 view.log(f"study {name}: {len(groups)} group(s) of {space.file.gpus_per_trial} GPU(s), "
@@ -159,7 +154,9 @@ class Sweep:
                 for p in space.pruned:
                     view.log(f"pruned {p.reason}")
                 self._recover(study, sweep)
-                self._loop(study, sweep, space, cluster, view)
+                self._loop(study, sweep, space, cluster, view, Quota(self.opts.budget))
+                if self.opts.confirm:
+                    self._confirm(study, sweep, space, cluster, view)
             return sweep
         finally:
             cluster.shutdown()
@@ -173,12 +170,24 @@ class Sweep:
             study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             if self.store.run(sweep.id, t.number) is None:
-                study.enqueue_trial(t.params, user_attrs={"retry_of": t.number,
-                                                          "baseline": bool(t.user_attrs.get("baseline"))})
+                study.enqueue_trial(t.params, user_attrs={**_carried(t.user_attrs), "retry_of": t.number})
+
+    def _confirm(self, study: optuna.Study, sweep: SweepRow, space: SearchSpace, cluster: Cluster,
+                 view: SweepView) -> None:
+        """Measure the ``confirm`` best configurations once more (those measured only once so far)."""
+        results = SweepResults(sweep, self.store.runs(sweep.id))
+        leaders = [r for r in results.ranked()[: self.opts.confirm]
+                   if r.status == "ok" and len(results.samples(r.config_key)) < 2]
+        if not leaders:
+            return
+        view.log(f"confirming the {len(leaders)} best configuration(s) with a second measurement")
+        for run in leaders:
+            study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number, "baseline": run.baseline})
+        self._loop(study, sweep, space, cluster, view, Quota(self.opts.budget, confirmations=len(leaders)))
 
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, study: optuna.Study, sweep: SweepRow, space: SearchSpace, cluster: Cluster,
-              view: SweepView) -> None:
+              view: SweepView, quota: Quota) -> None:
         import ray
 
         idle = list(cluster.groups)
@@ -193,10 +202,11 @@ class Sweep:
                 launched = self.store.count_launched(sweep.id)
                 exhausted = repeats >= MAX_CONSECUTIVE_REPEATS or (
                     math.isfinite(cardinality) and launched >= cardinality + 1)
-                while idle and launched + len(pending) < self.opts.budget and not exhausted:
+                while idle and quota.open(launched, len(pending)) and not exhausted:
                     trial = study.ask()
                     baseline = bool(trial.user_attrs.get("baseline"))
-                    if need_baseline and "retry_of" not in trial.user_attrs:
+                    repeat_of = trial.user_attrs.get("repeat_of")
+                    if need_baseline and "retry_of" not in trial.user_attrs and repeat_of is None:
                         trial.set_user_attr("baseline", True)
                         baseline, need_baseline = True, False
                     try:
@@ -208,42 +218,47 @@ class Sweep:
                         view.log(f"trial {trial.number}: {exc}")
                         continue
                     key = config.key()
-                    prior = self.store.measured(sweep.id, key)
-                    if prior is not None:
-                        repeats += 1
-                        self._answer_from_store(study, sweep, trial, config, prior, view)
-                        exhausted = repeats >= MAX_CONSECUTIVE_REPEATS
-                        continue
-                    if any(p.config.key() == key for p in pending.values()):
-                        waiting_on.setdefault(key, []).append((trial, config))
-                        continue
+                    if repeat_of is None:
+                        prior = self.store.measured(sweep.id, key)
+                        if prior is not None:
+                            repeats += 1
+                            run = self.recorder.answer_from_store(study, trial, config, prior)
+                            view.finished(run, None, self.store.count_launched(sweep.id))
+                            exhausted = repeats >= MAX_CONSECUTIVE_REPEATS
+                            continue
+                        if any(p.config.key() == key for p in pending.values()):
+                            waiting_on.setdefault(key, []).append((trial, config))
+                            continue
+                    elif quota.confirmations is not None:
+                        quota.confirmations -= 1
                     repeats = 0
                     group = idle.pop(0)
                     spec = TrialSpec(trial_number=trial.number, config=config, engine=cluster.engine,
-                                     bench=space.bench_config(self.store.best_tok_s(sweep.id)),
-                                     gate=space.gate_config(),
-                                     startup_timeout_s=space.file.startup_timeout_s,
+                                     bench=space.bench_config(None if repeat_of is not None
+                                                              else self.store.best_tok_s(sweep.id)),
+                                     gate=space.gate_config(), startup_timeout_s=space.file.startup_timeout_s,
                                      log_dir=str(self._log_dir(sweep)))
                     ref = group.actor.run_trial.remote(spec)
-                    pending[ref] = Pending(trial, config, group, baseline, trial.user_attrs.get("retry_of"))
+                    pending[ref] = Pending(trial, config, group, baseline, trial.user_attrs.get("retry_of"),
+                                           repeat_of)
                     view.started(group.index, trial.number, config.params)
                 if not pending:
-                    if exhausted and launched < self.opts.budget:
+                    if exhausted and quota.confirmations is None and launched < quota.budget:
                         view.log(f"search space exhausted after {launched} distinct configurations")
                     return
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                 self._poll(cluster, view)
                 for ref in ready:
                     p = pending.pop(ref)
-                    result = self._result(ref, p, cluster)
-                    self._finish(study, sweep, p, result, view)
+                    self._finish(study, sweep, p, self._result(ref, p, cluster), view)
                     idle.append(cluster.groups[p.group.index])
                     for trial, config in waiting_on.pop(p.config.key(), []):
                         prior = self.store.measured(sweep.id, p.config.key())
-                        if prior is not None:
-                            self._answer_from_store(study, sweep, trial, config, prior, view)
-                        else:
+                        if prior is None:
                             study.tell(trial, state=TrialState.FAIL)
+                            continue
+                        run = self.recorder.answer_from_store(study, trial, config, prior)
+                        view.finished(run, None, self.store.count_launched(sweep.id))
         except KeyboardInterrupt:
             view.log("interrupted: stopping every server ...")
             cluster.stop_all()
@@ -256,6 +271,16 @@ class Sweep:
                     result = self._synthetic(p, FailureKind.INTERRUPTED, "interrupted by the user")
                 self._finish(study, sweep, p, result, view)
             raise SweepInterrupted from None
+
+    def _finish(self, study: optuna.Study, sweep: SweepRow, p: Pending, result: TrialResult,
+                view: SweepView) -> None:
+        run = self.recorder.finish(study, p.trial, p.config, result, baseline=p.baseline, repeat_of=p.repeat_of)
+        if run.status == "interrupted" or (run.status == "failed" and p.retry_of is None):
+            attrs = {"retry_of": p.trial.number, "baseline": p.baseline}
+            if p.repeat_of is not None:
+                attrs["repeat_of"] = p.repeat_of
+            study.enqueue_trial(p.trial.params, user_attrs=attrs)
+        view.finished(run, result.finished_at - result.started_at, self.store.count_launched(sweep.id))
 
     def _log_dir(self, sweep: SweepRow) -> Path:
         path = Path(self.opts.db_path).resolve()
@@ -294,76 +319,7 @@ class Sweep:
                 cluster.groups[p.group.index] = p.group
             return result
 
-    # ---- recording --------------------------------------------------------------------------
-    def _attach(self, trial: optuna.Trial, run: RunRow, sweep: SweepRow, log: str) -> None:
-        trial.set_user_attr("status", run.status)
-        trial.set_user_attr("config_key", run.config_key)
-        if run.tok_s is not None:
-            trial.set_user_attr("tok_s_c16", run.tok_s)
-        if run.failure_kind:
-            trial.set_user_attr("failure_kind", run.failure_kind)
-            trial.set_user_attr("failure_reason", run.failure_reason[:500])
-        if run.metrics:
-            m = run.metrics
-            trial.set_user_attr("metrics", {k: v for k, v in m.items() if k != "errors"})
-            if m.get("early_stopped"):
-                trial.set_user_attr("early_stopped", True)
-            for name, value in (("ttft_p50_ms", m["ttft_ms"]["p50"]), ("tpot_p50_ms", m["tpot_ms"]["p50"]),
-                                ("itl_p50_ms", m["itl_ms"]["p50"]), ("concurrency", m["achieved_concurrency"]),
-                                ("accept_length", m["accept_length"])):
-                if isinstance(value, int | float) and value == value:
-                    trial.set_user_attr(name, round(float(value), 3))
-        if run.gate:
-            trial.set_user_attr("gate", "passed" if run.gate.get("passed") else "failed")
-        if run.startup_s is not None:
-            trial.set_user_attr("startup_s", round(run.startup_s, 2))
-        trial.set_user_attr("node", run.node)
-        trial.set_user_attr("gpu_ids", ",".join(run.gpu_ids))
-        if run.cached_from is not None:
-            trial.set_user_attr("cached_from_trial", run.cached_from)
-        with tempfile.TemporaryDirectory() as tmp:
-            files: list[tuple[Path, str]] = []
-            if log:
-                files.append((Path(tmp) / f"trial-{run.trial_number}-server.log", log))
-            if run.argv:
-                files.append((Path(tmp) / f"trial-{run.trial_number}-launch.sh", launch_script(run, sweep)))
-            for path, text in files:
-                path.write_text(text)
-                upload_artifact(artifact_store=self.artifacts, file_path=str(path), study_or_trial=trial,
-                                mimetype="text/plain", encoding="utf-8")
 
-    def _tell(self, study: optuna.Study, trial: optuna.Trial, run: RunRow) -> None:
-        if run.status in ("ok", "cached") and run.tok_s is not None:
-            trial.set_constraint("failed", 0.0)
-            study._storage.set_trial_system_attr(trial._trial_id, "constraints", [0.0])
-            study.tell(trial, run.tok_s)
-        elif run.status in ("infeasible", "cached"):
-            trial.set_constraint("failed", 1.0)
-            study._storage.set_trial_system_attr(trial._trial_id, "constraints", [1.0])
-            study.tell(trial, INFEASIBLE_VALUE)
-        else:
-            study.tell(trial, state=TrialState.FAIL)
-
-    def _finish(self, study: optuna.Study, sweep: SweepRow, p: Pending, result: TrialResult,
-                view: SweepView) -> None:
-        status = status_of(result)
-        run = self.store.record(sweep.id, result, p.config, status=status, baseline=p.baseline)
-        self._attach(p.trial, run, sweep, self.store.server_log(sweep.id, run.trial_number))
-        self._tell(study, p.trial, run)
-        if status in ("failed", "interrupted") and (p.retry_of is None or status == "interrupted"):
-            study.enqueue_trial(p.trial.params, user_attrs={"retry_of": p.trial.number, "baseline": p.baseline})
-        view.finished(run, result.finished_at - result.started_at, self.store.count_launched(sweep.id))
-
-    def _answer_from_store(self, study: optuna.Study, sweep: SweepRow, trial: optuna.Trial, config: Config,
-                           prior: RunRow, view: SweepView) -> None:
-        now = time.time()
-        result = TrialResult(trial_number=trial.number, config_key=prior.config_key, argv=tuple(prior.argv),
-                             env=dict(prior.env), sglang_version=prior.sglang_version, node=prior.node,
-                             gpu_ids=tuple(prior.gpu_ids), started_at=now, finished_at=now,
-                             failure_kind=FailureKind(prior.failure_kind) if prior.failure_kind else None,
-                             failure_reason=prior.failure_reason)
-        run = self.store.record(sweep.id, result, config, status="cached", cached_from=prior.trial_number)
-        run = self.store.record_cached_metrics(sweep.id, run.trial_number, prior)
-        self._attach(trial, run, sweep, "")
-        self._tell(study, trial, run)
-        view.finished(run, None, self.store.count_launched(sweep.id))
+def _carried(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The user attributes a re-queued trial keeps (baseline, confirmation)."""
+    return {k: attrs[k] for k in ("baseline", "repeat_of") if k in attrs}

@@ -78,11 +78,14 @@ def print_bench(console: Console, result: Any, url: str) -> None:
         console.print(f"  error: {err}", markup=False)
 
 
-def _result_cell(run: Any, time_scale: float) -> str:
+def _result_cell(run: Any, time_scale: float, results: Any = None) -> str:
     if run.tok_s is not None and run.status in ("ok", "cached"):
-        modelled = f" ({run.tok_s / time_scale:.2f})" if time_scale != 1 else ""
+        samples = results.samples(run.config_key) if results is not None and run.repeat_of is None else []
+        value = results.score(run) if len(samples) > 1 else run.tok_s
+        modelled = f" ({value / time_scale:.2f})" if time_scale != 1 else ""
         early = " early-stopped" if (run.metrics or {}).get("early_stopped") else ""
-        return f"{run.tok_s:.1f}{modelled}{early}"
+        confirmed = f" median of {len(samples)}: " + "/".join(f"{v:.1f}" for v in samples) if len(samples) > 1 else ""
+        return f"{value:.1f}{modelled}{early}{confirmed}"
     return "-"
 
 
@@ -102,8 +105,9 @@ def runs_table(results: Any, limit: int | None = None) -> Table:
             " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in run.params.items()) or "base settings")
         if run.status not in ("ok", "cached") or run.tok_s is None:
             what += f"\n[red]{run.failure_kind or run.status}[/red]: {run.failure_reason[:160]}"
-        status = run.status + (f" (= #{run.cached_from})" if run.cached_from is not None else "")
-        table.add_row(str(run.trial_number), status, _result_cell(run, scale), fmt_num(ttft),
+        status = run.status + (f" (= #{run.cached_from})" if run.cached_from is not None else "") + (
+            f" (repeat of #{run.repeat_of})" if run.repeat_of is not None else "")
+        table.add_row(str(run.trial_number), status, _result_cell(run, scale, results), fmt_num(ttft),
                       fmt_num(run.startup_s), what)
     return table
 
@@ -116,14 +120,15 @@ def print_summary(console: Console, results: Any) -> None:
     if best is None:
         console.print("[red]no feasible configuration measured[/red]")
     else:
-        line = f"best: trial {best.trial_number} at {_result_cell(best, scale)} tok/s@C16"
+        best_tok_s = results.score(best)
+        line = f"best: trial {best.trial_number} at {_result_cell(best, scale, results)} tok/s@C16"
         if base is not None and base.tok_s:
-            line += f", {best.tok_s / base.tok_s - 1:+.1%} vs baseline (trial {base.trial_number}, " \
-                    f"{_result_cell(base, scale)})"
+            line += f", {best_tok_s / results.score(base) - 1:+.1%} vs baseline (trial {base.trial_number}, " \
+                    f"{_result_cell(base, scale, results)})"
         elif base is not None:
             line += f"; the baseline failed ({base.failure_kind})"
-        if sweep.roofline_tok_s and best.tok_s:
-            line += f"; {best.tok_s / scale / sweep.roofline_tok_s:.1%} of the {sweep.roofline_tok_s:g} tok/s roofline"
+        if sweep.roofline_tok_s:
+            line += f"; {best_tok_s / scale / sweep.roofline_tok_s:.1%} of the {sweep.roofline_tok_s:g} tok/s roofline"
         console.print(line)
         console.print("  " + " ".join(f"{k}={v}" for k, v in best.params.items()), markup=False)
     kinds = results.failures_by_kind()

@@ -6,6 +6,7 @@ import itertools
 import json
 import signal
 import sqlite3
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -31,13 +32,18 @@ def _runs(workdir: Path) -> list:  # type: ignore[type-arg]
 
 
 def test_sweep_two_groups_records_everything(workdir: Path) -> None:
-    proc = run_tuner(workdir, "sweep", "--space", "e2e-space.yaml", "--budget", "10", "--seed", "3")
+    proc = run_tuner(workdir, "sweep", "--space", "e2e-space.yaml", "--budget", "10", "--seed", "3",
+                     "--confirm", "1")
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "best: trial" in proc.stdout
     runs = _runs(workdir)
-    launched = [r for r in runs if r.status in ("ok", "infeasible")]
+    confirmations = [r for r in runs if r.repeat_of is not None]
+    assert len(confirmations) == 1 and confirmations[0].status == "ok"
+    first = next(r for r in runs if r.trial_number == confirmations[0].repeat_of)
+    assert first.config_key == confirmations[0].config_key and "median of 2" in proc.stdout
+    launched = [r for r in runs if r.status in ("ok", "infeasible") and r.repeat_of is None]
     assert len(launched) == 10
-    assert len({r.config_key for r in launched}) == 10, "no configuration launched twice"
+    assert len({r.config_key for r in launched}) == 10, "no configuration launched twice (but to confirm)"
     assert runs[0].baseline and runs[0].params == {}
     # two groups ran trials at the same time
     spans = sorted((r.started_at, r.finished_at, tuple(r.gpu_ids)) for r in launched)
@@ -63,7 +69,8 @@ def test_sweep_two_groups_records_everything(workdir: Path) -> None:
     shown = run_tuner(workdir, "show", "--json")
     assert shown.returncode == 0
     rows = json.loads(shown.stdout)["trials"]
-    assert rows[0]["tok_s"] == max(r.tok_s or 0 for r in runs)
+    medians = [statistics.median(row["tok_s_samples"]) for row in rows if row["tok_s_samples"]]
+    assert medians[0] == max(medians), "tuner show ranks configurations by their median tok/s"
     table = run_tuner(workdir, "show")
     assert "infeasible" in table.stdout or all(r.status == "ok" for r in runs)
     assert not our_servers(workdir)

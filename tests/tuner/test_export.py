@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import yaml
 from db.store import RunRow, SweepRow
 from tuner.errors import StudyError
 from tuner.export import as_json, as_sglang_config, launch_script, pick_run, server_options
+from tuner.results import SweepResults
 from workers.sim.args import build_parser
 
 HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `id` $HOME\nsecond line\ttab"
@@ -104,7 +106,23 @@ def test_json_and_sglang_config_yaml() -> None:
 def test_pick_run_messages() -> None:
     runs = [_run(ARGV, ENV, n=1, status="infeasible", tok_s=None)]
     with pytest.raises(StudyError, match="no feasible trial"):
-        pick_run(runs, None, "s")
+        pick_run(SweepResults(_sweep(), runs), None)
     with pytest.raises(StudyError, match="has no trial 7"):
-        pick_run(runs, 7, "s")
-    assert pick_run([*runs, _run(ARGV, ENV, n=2), _run(ARGV, ENV, n=5, tok_s=30.0)], None, "s").trial_number == 5
+        pick_run(SweepResults(_sweep(), runs), 7)
+    more = [*runs, replace(_run(ARGV, ENV, n=2), config_key="k2"),
+            replace(_run(ARGV, ENV, n=5, tok_s=30.0), config_key="k5")]
+    assert pick_run(SweepResults(_sweep(), more), None).trial_number == 5
+
+
+def test_confirmed_configurations_rank_by_their_median() -> None:
+    a = replace(_run(ARGV, ENV, n=1, tok_s=30.0), config_key="a")
+    b = replace(_run(ARGV, ENV, n=2, tok_s=29.0), config_key="b")
+    a2 = replace(_run(ARGV, ENV, n=3, tok_s=26.0), config_key="a", repeat_of=1)
+    b2 = replace(_run(ARGV, ENV, n=4, tok_s=29.5), config_key="b", repeat_of=2)
+    results = SweepResults(_sweep(), [a, b, a2, b2])
+    assert [r.trial_number for r in results.measured()] == [2, 1]
+    assert results.score(a) == 28.0 and results.samples("b") == [29.0, 29.5]
+    assert pick_run(results, None).trial_number == 2
+    assert [r.trial_number for r in results.ranked()] == [2, 1, 3, 4]
+    script = launch_script(b, _sweep(), samples=results.samples("b"))
+    assert "median of 2 measurements: 29.00, 29.50" in script

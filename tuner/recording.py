@@ -1,0 +1,125 @@
+"""What is written when a trial ends: the store row first, then Optuna attributes and artifacts,
+then ``tell`` (attributes and artifacts cannot be added after ``tell``).
+
+Told values: measured -> tok/s@C16; a failure the configuration caused -> COMPLETE with value 0
+and the constraint ``failed = 1`` (Optuna 5 ``set_constraint`` plus the legacy ``constraints``
+list optuna-dashboard 0.21 reads), so TPE learns to avoid it; an infrastructure failure or an
+interruption -> FAIL (the study loop re-queues it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.trial import TrialState
+
+from db.store import RunRow, Store, SweepRow
+from tuner.export import launch_script
+from workers.types import Config, FailureKind, TrialResult
+
+INFEASIBLE_VALUE = 0.0
+SCALAR_METRICS = (("ttft_p50_ms", "ttft_ms"), ("tpot_p50_ms", "tpot_ms"), ("itl_p50_ms", "itl_ms"))
+
+
+def artifact_store(db_path: str | Path) -> FileSystemArtifactStore:
+    """The artifact store beside the database (``<db>-artifacts/``)."""
+    path = Path(db_path).resolve()
+    base = path.with_name(path.stem + "-artifacts")
+    base.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(str(base))
+
+
+def status_of(result: TrialResult) -> str:
+    """ok | infeasible | interrupted | failed (infrastructure)."""
+    if result.ok:
+        return "ok"
+    assert result.failure_kind is not None
+    if result.failure_kind.config_caused:
+        return "infeasible"
+    return "interrupted" if result.failure_kind == FailureKind.INTERRUPTED else "failed"
+
+
+class Recorder:
+    """Writes finished trials of one sweep to the store and the Optuna study."""
+
+    def __init__(self, store: Store, sweep: SweepRow, artifacts: FileSystemArtifactStore) -> None:
+        self.store = store
+        self.sweep = sweep
+        self.artifacts = artifacts
+
+    def finish(self, study: optuna.Study, trial: optuna.Trial, config: Config, result: TrialResult, *,
+               baseline: bool, repeat_of: int | None = None) -> RunRow:
+        """Record a launched trial and tell Optuna."""
+        run = self.store.record(self.sweep.id, result, config, status=status_of(result), baseline=baseline,
+                                repeat_of=repeat_of)
+        self._attach(trial, run, self.store.server_log(self.sweep.id, run.trial_number))
+        self._tell(study, trial, run)
+        return run
+
+    def answer_from_store(self, study: optuna.Study, trial: optuna.Trial, config: Config,
+                          prior: RunRow) -> RunRow:
+        """A configuration measured before: record a ``cached`` run with its verdict, no launch."""
+        now = time.time()
+        result = TrialResult(trial_number=trial.number, config_key=prior.config_key, argv=tuple(prior.argv),
+                             env=dict(prior.env), sglang_version=prior.sglang_version, node=prior.node,
+                             gpu_ids=tuple(prior.gpu_ids), started_at=now, finished_at=now,
+                             failure_kind=FailureKind(prior.failure_kind) if prior.failure_kind else None,
+                             failure_reason=prior.failure_reason)
+        self.store.record(self.sweep.id, result, config, status="cached", cached_from=prior.trial_number)
+        run = self.store.record_cached_metrics(self.sweep.id, trial.number, prior)
+        self._attach(trial, run, "")
+        self._tell(study, trial, run)
+        return run
+
+    def _attach(self, trial: optuna.Trial, run: RunRow, log: str) -> None:
+        attrs: dict[str, object] = {"status": run.status, "config_key": run.config_key, "node": run.node,
+                                    "gpu_ids": ",".join(run.gpu_ids)}
+        if run.tok_s is not None:
+            attrs["tok_s_c16"] = run.tok_s
+        if run.failure_kind:
+            attrs.update(failure_kind=run.failure_kind, failure_reason=run.failure_reason[:500])
+        if run.metrics:
+            m = run.metrics
+            attrs["metrics"] = {k: v for k, v in m.items() if k != "errors"}
+            scalars = {name: m[key]["p50"] for name, key in SCALAR_METRICS}
+            scalars.update(concurrency=m["achieved_concurrency"], accept_length=m["accept_length"])
+            attrs.update({k: round(float(v), 3) for k, v in scalars.items()
+                          if isinstance(v, int | float) and v == v})
+            if m.get("early_stopped"):
+                attrs["early_stopped"] = True
+        if run.gate:
+            attrs["gate"] = "passed" if run.gate.get("passed") else "failed"
+        if run.startup_s is not None:
+            attrs["startup_s"] = round(run.startup_s, 2)
+        if run.cached_from is not None:
+            attrs["cached_from_trial"] = run.cached_from
+        if run.repeat_of is not None:
+            attrs["repeat_of_trial"] = run.repeat_of
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        with tempfile.TemporaryDirectory() as tmp:
+            files: list[tuple[Path, str]] = []
+            if log:
+                files.append((Path(tmp) / f"trial-{run.trial_number}-server.log", log))
+            if run.argv:
+                files.append((Path(tmp) / f"trial-{run.trial_number}-launch.sh", launch_script(run, self.sweep)))
+            for path, text in files:
+                path.write_text(text)
+                upload_artifact(artifact_store=self.artifacts, file_path=str(path), study_or_trial=trial,
+                                mimetype="text/plain", encoding="utf-8")
+
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, run: RunRow) -> None:
+        if run.status in ("ok", "cached") and run.tok_s is not None:
+            violation = 0.0
+        elif run.status in ("infeasible", "cached"):
+            violation = 1.0
+        else:
+            study.tell(trial, state=TrialState.FAIL)
+            return
+        trial.set_constraint("failed", violation)
+        study._storage.set_trial_system_attr(trial._trial_id, "constraints", [violation])
+        study.tell(trial, run.tok_s if violation == 0.0 and run.tok_s is not None else INFEASIBLE_VALUE)
