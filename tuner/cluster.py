@@ -93,8 +93,9 @@ class Cluster:
         except ray.exceptions.GetTimeoutError as exc:
             raise ClusterError(f"GPU-group actors not ready after {ACTOR_READY_TIMEOUT_S:g} s") from exc
         except ray.exceptions.RayActorError as exc:
-            cause = str(exc).strip().splitlines()
-            raise ClusterError(f"a GPU-group actor failed to start: {cause[-1] if cause else exc}") from exc
+            lines = str(exc).strip().splitlines()
+            cause = lines[-1] if lines else str(exc)
+            raise ClusterError(f"a GPU-group actor failed to start: {cause.split('Error: ', 1)[-1]}") from exc
         nodes = ray.get([a.ray_node_id.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
         self.groups = [Group(i, a, node, ids, pid, ray_node)
                        for i, (a, (node, ids, pid), ray_node) in enumerate(zip(actors, infos, nodes, strict=True))]

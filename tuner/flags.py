@@ -177,7 +177,9 @@ def introspect(python: str, timeout_s: float = 120.0) -> FlagTable:
         raise ConfigError(f"cannot run {python} to introspect SGLang: {exc}") from exc
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"{python}: cannot introspect SGLang's parser: {last}")
+        raise ConfigError(f"{python}: cannot introspect SGLang's parser: {last} (install SGLang for that Python, "
+                          "point sglang_python / --sglang-python at the one that has it, or pin sglang_version "
+                          "to use a bundled flag table)")
     return FlagTable.from_dump(json.loads(proc.stdout), source=f"introspected with {python}")
 
 

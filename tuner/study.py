@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from db.store import Store, SweepRow, sqlite_url
 from tuner.cluster import Cluster, Group
-from tuner.errors import StudyError
+from tuner.errors import ClusterError, StudyError
 from tuner.live import GroupView, SweepView
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
 from tuner.redact import scrub, secret_values
@@ -33,6 +33,7 @@ from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.types import Config, FailureKind, TrialResult, TrialSpec
 
 MAX_CONSECUTIVE_REPEATS = 100
+MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class Sweep:
 
     store: Store
     recorder: Recorder
+    _infra_failures = 0
+    _groups: list[Group] = []  # noqa: RUF012 - replaced per loop
 
     def __init__(self, options: SweepOptions, view_factory: Any) -> None:
         self.opts = options
@@ -190,6 +193,7 @@ class Sweep:
               view: SweepView, quota: Quota) -> None:
         import ray
 
+        self._groups = cluster.groups
         idle = list(cluster.groups)
         pending: dict[Any, Pending] = {}
         waiting_on: dict[str, list[tuple[optuna.Trial, Config]]] = {}
@@ -259,28 +263,36 @@ class Sweep:
                             continue
                         run = self.recorder.answer_from_store(study, trial, config, prior)
                         view.finished(run, None, self.store.count_launched(sweep.id))
-        except KeyboardInterrupt:
-            view.log("interrupted: stopping every server ...")
+        except (KeyboardInterrupt, ClusterError) as exc:
+            why = "interrupted by the user" if isinstance(exc, KeyboardInterrupt) else "the sweep stopped"
+            view.log(f"{why}: stopping every server ...")
             cluster.stop_all()
+            self._infra_failures = -len(pending)  # these interruptions are not more evidence
             for ref, p in list(pending.items()):
                 try:
                     result = ray.get(ref, timeout=60)
                 except Exception:
-                    result = self._synthetic(p, FailureKind.INTERRUPTED, "interrupted by the user")
+                    result = self._synthetic(p, FailureKind.INTERRUPTED, why)
                 if result.failure_kind is None:
-                    result = self._synthetic(p, FailureKind.INTERRUPTED, "interrupted by the user")
+                    result = self._synthetic(p, FailureKind.INTERRUPTED, why)
                 self._finish(study, sweep, p, result, view)
+            if isinstance(exc, ClusterError):
+                raise
             raise SweepInterrupted from None
 
     def _finish(self, study: optuna.Study, sweep: SweepRow, p: Pending, result: TrialResult,
                 view: SweepView) -> None:
         run = self.recorder.finish(study, p.trial, p.config, result, baseline=p.baseline, repeat_of=p.repeat_of)
+        self._infra_failures = self._infra_failures + 1 if run.status == "failed" else 0
         if run.status == "interrupted" or (run.status == "failed" and p.retry_of is None):
             attrs = {"retry_of": p.trial.number, "baseline": p.baseline}
             if p.repeat_of is not None:
                 attrs["repeat_of"] = p.repeat_of
             study.enqueue_trial(p.trial.params, user_attrs=attrs)
         view.finished(run, result.finished_at - result.started_at, self.store.count_launched(sweep.id))
+        if self._infra_failures >= MAX_CONSECUTIVE_INFRA_FAILURES * max(len(self._groups), 1):
+            raise ClusterError(f"{self._infra_failures} trials in a row failed for reasons of the nodes, not of "
+                               f"their configurations; last: {run.failure_reason}")
 
     def _log_dir(self, sweep: SweepRow) -> Path:
         path = Path(self.opts.db_path).resolve()

@@ -8,6 +8,8 @@ from workers.types import FailureKind
 
 # Checked in order: the first kind with a matching line wins.
 SIGNATURES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
+    # the node, not the configuration: SGLang (or the simulator) is not importable there
+    (FailureKind.INFRASTRUCTURE, re.compile(r"No module named '?(sglang|workers)\b")),
     (FailureKind.BAD_FLAG, re.compile(
         r"error: (unrecognized arguments|ambiguous option|argument --\S+: invalid choice|argument --)")),
     (FailureKind.CUDA_GRAPH, re.compile(r"Capture cuda graph failed|Fail when using backend: .* for prefill")),

@@ -113,6 +113,8 @@ class TrialRunner:
                                                   should_stop=lambda: self._interrupted or not server.alive()))
                 if not server.alive():
                     raise BenchmarkError(f"server exited (code {server.exit_code()}) during the benchmark")
+        except OSError as exc:  # the configured Python cannot even be started on this node
+            kind, reason = FailureKind.INFRASTRUCTURE, f"cannot start {cmd.argv[0]}: {exc.strerror or exc}"
         except ServerError as exc:
             kind, reason, tail = FailureKind(exc.kind), str(exc), exc.log_tail
         except BenchmarkError as exc:

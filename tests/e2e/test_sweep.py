@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -133,3 +134,27 @@ def test_ctrl_c_stops_servers_and_exits_130(workdir: Path) -> None:
     assert time.monotonic() - t0 < 60
     runs = _runs(workdir)
     assert any(r.status == "interrupted" for r in runs) or all(r.status != "running" for r in runs)
+
+
+def test_a_node_without_sglang_stops_the_sweep_instead_of_burning_it(workdir: Path) -> None:
+    space = workdir / "real.yaml"
+    space.write_text("name: real\nengine: sglang\nsglang_version: '0.5.23'\nsglang_python: "
+                     f"{sys.executable}\ngpus_per_trial: 2\nstartup_timeout_s: 30\nbase: {{model_path: /m}}\n"
+                     "params:\n  ep_size: {choices: [1, 2]}\n  cuda_graph_max_bs: {choices: [8, 16, 32]}\n")
+    proc = run_tuner(workdir, "sweep", "--space", "real.yaml", "--budget", "5", "--gpus", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "trials in a row failed for reasons of the nodes" in proc.stderr
+    assert "No module named 'sglang'" in proc.stderr
+    runs = _runs_of(workdir, "real")
+    assert runs and all(r.status == "failed" and r.failure_kind == "infrastructure" for r in runs)
+    assert len(runs) <= 8
+
+
+def _runs_of(workdir: Path, study: str) -> list:  # type: ignore[type-arg]
+    store = Store(workdir / "tuner.db")
+    try:
+        sweep = store.sweep(study)
+        assert sweep is not None
+        return store.runs(sweep.id)
+    finally:
+        store.close()
