@@ -72,6 +72,7 @@ class TrialRunner:
         started = time.time()
         with self._lock:
             self._interrupted = False
+
         def result(**fields: Any) -> TrialResult:
             return TrialResult(trial_number=spec.trial_number, config_key=spec.config.key(),
                                sglang_version=self.table.version, node=self.node, gpu_ids=self.gpu_ids,
@@ -81,51 +82,12 @@ class TrialRunner:
         try:
             cmd = render(spec.config, self.table, spec.engine, host="127.0.0.1", port=port)
         except FlagError as exc:
-            self._set_phase(None, "idle")
             return result(argv=(), env=dict(spec.config.env), failure_kind=FailureKind.BAD_FLAG,
                           failure_reason=str(exc))
-        log_path = Path(spec.log_dir) / f"trial-{spec.trial_number:04d}.log"
-        server = ServerProcess(cmd, log_path, url=f"http://127.0.0.1:{port}",
-                               sweep_process_group=self.sweep_process_group)
-        startup_s: float | None = None
-        gate: GateResult | None = None
-        bench: BenchResult | None = None
-        kind: FailureKind | None = None
-        reason = ""
-        tail = ""
+        server = ServerProcess(cmd, Path(spec.log_dir) / f"trial-{spec.trial_number:04d}.log",
+                               url=f"http://127.0.0.1:{port}", sweep_process_group=self.sweep_process_group)
         try:
-            phase("launching")
-            with self._lock:
-                if self._interrupted:
-                    raise InterruptedError
-                self._server = server
-                server.start()
-            startup_s = server.wait_ready(spec.startup_timeout_s)
-            if spec.gate.enabled:
-                phase("gate")
-                flags = spec.config.flags
-                gate = asyncio.run(run_gate(server.url, spec.gate, dummy_weights=flags.get("load_format") == "dummy",
-                                            no_tokenizer=bool(flags.get("skip_tokenizer_init"))))
-                if not gate.passed:
-                    kind, reason = FailureKind.GATE_FAILED, f"correctness gate failed: {gate.summary()}"
-            if kind is None:
-                bench = asyncio.run(run_benchmark(server.url, spec.bench, on_phase=phase,
-                                                  should_stop=lambda: self._interrupted or not server.alive()))
-                if not server.alive():
-                    raise BenchmarkError(f"server exited (code {server.exit_code()}) during the benchmark")
-        except OSError as exc:  # the configured Python cannot even be started on this node
-            kind, reason = FailureKind.INFRASTRUCTURE, f"cannot start {cmd.argv[0]}: {exc.strerror or exc}"
-        except ServerError as exc:
-            kind, reason, tail = FailureKind(exc.kind), str(exc), exc.log_tail
-        except BenchmarkError as exc:
-            if server.alive():
-                kind, reason = FailureKind.BENCHMARK_FAILED, str(exc)
-            else:
-                log = server.read_log(200_000)
-                kind = classify(server.exit_code(), log)
-                reason = f"server died during the benchmark (exit {server.exit_code()}): {reason_line(log)}"
-        except InterruptedError:
-            pass
+            out = self._measure(spec, server, phase)
         finally:
             phase("stopping")
             pids = {p.pid for p in server.tree()}
@@ -136,11 +98,63 @@ class TrialRunner:
                 interrupted = self._interrupted
             self._set_phase(None, "idle")
         if interrupted:
-            kind, reason, bench = FailureKind.INTERRUPTED, "interrupted by the driver", None
+            out.kind, out.reason, out.bench = FailureKind.INTERRUPTED, "interrupted by the driver", None
         secrets = secret_values(cmd.argv, cmd.env, spec.config.flags)
         log = scrub(server.read_log(), secrets)
         if secrets:  # the log file on disk must not keep them either
             server.log_path.write_text(log)
-        return result(argv=cmd.argv, env=dict(cmd.env), startup_s=startup_s, bench=bench, gate=gate,
-                      failure_kind=kind, failure_reason=scrub(reason, secrets),
-                      log_tail=scrub(tail or (server.log_tail() if kind else ""), secrets), server_log=log)
+        return result(argv=cmd.argv, env=dict(cmd.env), startup_s=out.startup_s, bench=out.bench, gate=out.gate,
+                      failure_kind=out.kind, failure_reason=scrub(out.reason, secrets),
+                      log_tail=scrub(out.tail or (server.log_tail() if out.kind else ""), secrets), server_log=log)
+
+    def _measure(self, spec: TrialSpec, server: ServerProcess, phase: Callable[[str], None]) -> _Outcome:
+        """Start the server, wait until ready, gate, benchmark; every failure becomes a kind + reason."""
+        out = _Outcome()
+        try:
+            phase("launching")
+            with self._lock:
+                if self._interrupted:
+                    return out
+                self._server = server
+                server.start()
+            out.startup_s = server.wait_ready(spec.startup_timeout_s)
+            if spec.gate.enabled:
+                phase("gate")
+                flags = spec.config.flags
+                out.gate = asyncio.run(run_gate(server.url, spec.gate,
+                                                dummy_weights=flags.get("load_format") == "dummy",
+                                                no_tokenizer=bool(flags.get("skip_tokenizer_init"))))
+                if not out.gate.passed:
+                    out.kind = FailureKind.GATE_FAILED
+                    out.reason = f"correctness gate failed: {out.gate.summary()}"
+                    return out
+            out.bench = asyncio.run(run_benchmark(server.url, spec.bench, on_phase=phase,
+                                                  should_stop=lambda: self._interrupted or not server.alive()))
+            if not server.alive():
+                raise BenchmarkError(f"server exited (code {server.exit_code()}) during the benchmark")
+        except OSError as exc:  # the configured Python cannot even be started on this node
+            out.kind = FailureKind.INFRASTRUCTURE
+            out.reason = f"cannot start {server.cmd.argv[0]}: {exc.strerror or exc}"
+        except ServerError as exc:
+            out.kind, out.reason, out.tail = FailureKind(exc.kind), str(exc), exc.log_tail
+        except BenchmarkError as exc:
+            out.bench = None
+            if server.alive():
+                out.kind, out.reason = FailureKind.BENCHMARK_FAILED, str(exc)
+            else:
+                log = server.read_log(200_000)
+                out.kind = classify(server.exit_code(), log)
+                out.reason = f"server died during the benchmark (exit {server.exit_code()}): {reason_line(log)}"
+        return out
+
+
+@dataclass
+class _Outcome:
+    """What one attempt produced so far (mutable while the trial runs)."""
+
+    startup_s: float | None = None
+    gate: GateResult | None = None
+    bench: BenchResult | None = None
+    kind: FailureKind | None = None
+    reason: str = ""
+    tail: str = ""
