@@ -92,3 +92,12 @@ def test_secrets_are_scrubbed_from_logs_on_disk_and_in_the_result(runner: TrialR
     assert "api_key='<redacted>'" in on_disk and "sk-topsecret-123" not in on_disk
     assert "sk-topsecret-123" not in result.server_log
     assert "sk-topsecret-123" in result.argv  # the server itself got the real value
+
+
+def test_a_missing_python_is_an_infrastructure_failure(runner: TrialRunner, tmp_path: Path) -> None:
+    spec = _spec(6, {}, tmp_path)
+    spec = TrialSpec(trial_number=6, config=spec.config, engine=EngineSpec(kind="sglang", python="/nonexistent/py"),
+                     bench=spec.bench, gate=spec.gate, startup_timeout_s=5, log_dir=str(tmp_path))
+    result = runner.run(spec)
+    assert result.failure_kind == FailureKind.INFRASTRUCTURE
+    assert "cannot start /nonexistent/py" in result.failure_reason
