@@ -122,7 +122,9 @@ def print_summary(console: Console, results: Any) -> None:
     else:
         best_tok_s = results.score(best)
         line = f"best: trial {best.trial_number} at {_result_cell(best, scale, results)} tok/s@C16"
-        if base is not None and base.tok_s:
+        if base is not None and base.trial_number == best.trial_number:
+            line += " - the baseline itself: no sampled configuration beat the base settings"
+        elif base is not None and base.tok_s:
             line += f", {best_tok_s / results.score(base) - 1:+.1%} vs baseline (trial {base.trial_number}, " \
                     f"{_result_cell(base, scale, results)})"
         elif base is not None:
@@ -130,7 +132,8 @@ def print_summary(console: Console, results: Any) -> None:
         if sweep.roofline_tok_s:
             line += f"; {best_tok_s / scale / sweep.roofline_tok_s:.1%} of the {sweep.roofline_tok_s:g} tok/s roofline"
         console.print(line)
-        console.print("  " + " ".join(f"{k}={v}" for k, v in best.params.items()), markup=False)
+        console.print("  " + (" ".join(f"{k}={v}" for k, v in best.params.items()) or "base settings only"),
+                      markup=False)
     kinds = results.failures_by_kind()
     if kinds:
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
