@@ -87,12 +87,32 @@ def test_options_parse_with_sglang_0523_parser() -> None:
     assert ns.cuda_graph_bs_decode == [1, 2, 4] and ns.trust_remote_code and ns.tp_size == 4
 
 
-def test_options_parse_with_real_sglang_when_installed() -> None:
-    pytest.importorskip("sglang.srt.server_args")
-    from sglang.srt.server_args import prepare_server_args
+def sglang_python() -> str:
+    """A Python with SGLang: $TUNER_TEST_SGLANG_PYTHON, else this one if it imports sglang; else skip."""
+    candidate = os.environ.get("TUNER_TEST_SGLANG_PYTHON", sys.executable)
+    probe = subprocess.run([candidate, "-c", "import sglang.srt.server_args"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("SGLang is not installed (set TUNER_TEST_SGLANG_PYTHON to a Python that has it)")
+    return candidate
 
-    args = prepare_server_args(server_options(ARGV))
-    assert args.served_model_name == HOSTILE
+
+PARSE_WITH_SGLANG = """
+import json, sys
+from sglang.srt.server_args import prepare_server_args
+args = prepare_server_args(json.loads(sys.stdin.read()))
+print(json.dumps({"served_model_name": args.served_model_name, "tp_size": args.tp_size,
+                  "model_path": args.model_path}))
+"""
+
+
+def test_options_parse_with_real_sglang_when_installed(tmp_path: Path) -> None:
+    python = sglang_python()
+    script = launch_script(_run(ARGV, ENV), _sweep())
+    options = _execute(script, tmp_path, env={"HF_TOKEN": "x"})["argv"][2:]  # what bash hands to SGLang
+    out = subprocess.run([python, "-c", PARSE_WITH_SGLANG], input=json.dumps(options), capture_output=True,
+                         text=True, check=True)
+    parsed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert parsed == {"served_model_name": HOSTILE, "tp_size": 4, "model_path": "/models/My Model (NVFP4)"}
 
 
 def test_json_and_sglang_config_yaml() -> None:

@@ -108,3 +108,33 @@ def test_secrets_are_redacted_in_shell_command() -> None:
     assert "hf_abc" not in line and "HF_TOKEN='<redacted>'" in line and "NCCL_PROTO=LL" in line
     assert redact_env({"MY_API_KEY": "x", "AWS_SECRET_ACCESS_KEY": "y", "A": "b"}) == {
         "MY_API_KEY": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>", "A": "b"}
+
+
+def test_real_sglang_parser_matches_the_bundled_table_and_accepts_rendered_configs() -> None:
+    """With SGLang installed (TUNER_TEST_SGLANG_PYTHON): introspection == bundled table, and its own
+    parser (prepare_server_args) accepts many rendered configurations of every bundled space."""
+    import json
+    import subprocess
+
+    from tests.tuner.test_export import sglang_python
+
+    python = sglang_python()
+    table = introspect(python)
+    assert table.version == "0.5.23"
+    for dest, flag in TABLE.flags.items():
+        real = table.flags[dest]
+        assert (real.option, real.kind, sorted(real.choices or ())) == (flag.option, flag.kind,
+                                                                       sorted(flag.choices or ()))
+    argvs = []
+    for space_file in sorted(SPACES.glob("*.yaml")):
+        space = load_space(space_file, table)
+        study = optuna.create_study(sampler=make_sampler(space.violates, seed=1))
+        for _ in range(40):
+            trial = study.ask()
+            argvs.append(render_args(space.sample(trial).flags, table))
+            study.tell(trial, 1.0)
+    code = ("import json, sys\nfrom sglang.srt.server_args import prepare_server_args\n"
+            "for argv in json.loads(sys.stdin.read()):\n    prepare_server_args(argv)\nprint('parsed', flush=True)\n")
+    out = subprocess.run([python, "-c", code], input=json.dumps(argvs), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("parsed")
