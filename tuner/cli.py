@@ -148,17 +148,19 @@ def sweep(
 
     from tuner.live import SweepView
     from tuner.results import load_results
-    from tuner.study import Sweep, SweepInterrupted, SweepOptions
+    from tuner.study import Sweep, SweepInterrupted, SweepOptions, request_stop
     from tuner.views import print_summary
 
     if space is None:
         space = _demo_space()
         console.print(f"no --space given: running the bundled no-GPU demo ({space})", markup=False)
 
-    def on_term(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        request_stop()
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     opts = SweepOptions(space_path=str(space), db_path=str(db), study_name=study, budget=budget, confirm=confirm,
                         address=address, gpus=gpus, max_groups=groups, sglang_python=sglang_python, seed=seed)
 

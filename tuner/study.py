@@ -11,6 +11,7 @@ the best configurations are then measured once more and ranked by their median.
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from tuner.space import ForbiddenConfig, SearchSpace, apply_hardware, check_flag
 from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.types import Config, FailureKind, TrialResult, TrialSpec
 
+STOP = threading.Event()  # set by the CLI's SIGINT/SIGTERM handler; checked by the loop
 MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
 
@@ -83,6 +85,11 @@ class SweepInterrupted(Exception):
     """Ctrl-C / SIGTERM: every server was stopped, the trials in flight were re-queued."""
 
 
+def request_stop() -> None:
+    """Ask a running sweep to stop (signal handlers call this, then raise KeyboardInterrupt)."""
+    STOP.set()
+
+
 def open_study(db_path: str | Path, name: str, space: SearchSpace | None, seed: int | None = None,
                create: bool = True) -> optuna.Study:
     """The Optuna study of a sweep on the sweep database (StudyError if missing and not ``create``)."""
@@ -116,6 +123,7 @@ class Sweep:
     # ---- setup ------------------------------------------------------------------------------
     def run(self) -> SweepRow:
         """Run to the budget; returns the sweep. Raises SweepInterrupted on Ctrl-C."""
+        STOP.clear()
         space = load_space(self.opts.space_path)  # a bad file stops here: nothing written, nothing started
         engine = space.engine(self.opts.sglang_python)
         if engine.scenario:
@@ -203,6 +211,8 @@ class Sweep:
             t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         try:
             while True:
+                if STOP.is_set():  # in case a library swallowed the KeyboardInterrupt
+                    raise KeyboardInterrupt
                 launched = self.store.count_launched(sweep.id)
                 exhausted = repeats >= MAX_CONSECUTIVE_REPEATS or (
                     math.isfinite(cardinality) and launched >= cardinality + 1)
