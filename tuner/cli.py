@@ -33,23 +33,31 @@ def _run(fn: Callable[[], Any]) -> Any:
         raise typer.Exit(exc.exit_code) from None
 
 
+VersionOpt = Annotated[str, typer.Option("--sglang-version", help="SGLang version (its bundled flag table).")]
+PythonOpt = Annotated[str | None, typer.Option("--sglang-python",
+                                               help="Use the flags of the SGLang this Python imports instead.")]
+
+
+def _flag_table(python: str | None, version: str) -> Any:
+    from tuner.flags import FlagTable, introspect
+
+    return introspect(python) if python else FlagTable.bundled(version)
+
+
 @app.command()
 def validate(
     space: SpaceArg,
-    sglang_version: Annotated[str, typer.Option(help="SGLang version whose flags to check (bundled table).")]
-    = "0.5.23",
-    sglang_python: Annotated[str | None, typer.Option(help="Check against the SGLang this Python imports.")]
-    = None,
+    sglang_version: VersionOpt = "0.5.23",
+    sglang_python: PythonOpt = None,
     gpu: Annotated[str | None, typer.Option(help="Target GPU architecture, e.g. sm_90, sm_100, sm_120.")]
     = None,
 ) -> None:
     """Check a search space and print its parameters, size and what the hardware rules prune."""
-    from tuner.flags import FlagTable, introspect
     from tuner.space import load_space
     from tuner.views import print_validation
 
     def go() -> None:
-        table = introspect(sglang_python) if sglang_python else FlagTable.bundled(sglang_version)
+        table = _flag_table(sglang_python, sglang_version)
         loaded = load_space(space, table, gpu)
         print_validation(console, loaded, table.version, gpu or loaded.file.gpu)
 
@@ -60,19 +68,16 @@ def validate(
 def render(
     space: SpaceArg,
     set_: Annotated[list[str] | None, typer.Option("--set", help="param=value (repeatable).")] = None,
-    sglang_version: Annotated[str, typer.Option(help="SGLang version to render for (bundled table).")]
-    = "0.5.23",
-    sglang_python: Annotated[str | None, typer.Option(help="Render for the SGLang this Python imports.")]
-    = None,
+    sglang_version: VersionOpt = "0.5.23",
+    sglang_python: PythonOpt = None,
 ) -> None:
     """Print the exact launch command and env of one configuration (unset params: first choice)."""
-    from tuner.flags import FlagTable, introspect
     from tuner.render import render as render_cmd
     from tuner.render import shell_command
     from tuner.space import load_space, parse_assignments
 
     def go() -> None:
-        table = introspect(sglang_python) if sglang_python else FlagTable.bundled(sglang_version)
+        table = _flag_table(sglang_python, sglang_version)
         loaded = load_space(space, table)
         config = loaded.from_assignments(parse_assignments(set_ or [], loaded))
         engine = loaded.engine()

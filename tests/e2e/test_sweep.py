@@ -22,10 +22,10 @@ from tests.e2e.conftest import TUNER, our_servers, run_tuner, tuner_env
 pytestmark = pytest.mark.e2e
 
 
-def _runs(workdir: Path) -> list:  # type: ignore[type-arg]
+def _runs(workdir: Path, study: str = "e2e") -> list:  # type: ignore[type-arg]
     store = Store(workdir / "tuner.db")
     try:
-        sweep = store.sweep("e2e")
+        sweep = store.sweep(study)
         assert sweep is not None
         return store.runs(sweep.id)
     finally:
@@ -145,16 +145,7 @@ def test_a_node_without_sglang_stops_the_sweep_instead_of_burning_it(workdir: Pa
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "trials in a row failed for reasons of the nodes" in proc.stderr
     assert "No module named 'sglang'" in proc.stderr
-    runs = _runs_of(workdir, "real")
+    runs = _runs(workdir, "real")
     assert runs and all(r.status == "failed" and r.failure_kind == "infrastructure" for r in runs)
     assert len(runs) <= 8
 
-
-def _runs_of(workdir: Path, study: str) -> list:  # type: ignore[type-arg]
-    store = Store(workdir / "tuner.db")
-    try:
-        sweep = store.sweep(study)
-        assert sweep is not None
-        return store.runs(sweep.id)
-    finally:
-        store.close()
