@@ -149,3 +149,29 @@ def test_a_node_without_sglang_stops_the_sweep_instead_of_burning_it(workdir: Pa
     assert runs and all(r.status == "failed" and r.failure_kind == "infrastructure" for r in runs)
     assert len(runs) <= 8
 
+
+
+def test_a_lost_actor_is_an_infrastructure_failure_requeued_once(workdir: Path) -> None:
+    args = [*TUNER, "sweep", "--space", "e2e-space.yaml", "--budget", "6", "--seed", "9"]
+    driver = subprocess.Popen(args, cwd=workdir, env=tuner_env(workdir), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        server = wait_for(lambda: next(iter(our_servers(workdir)), None), 120, "a server to be running")
+        actor = server.parent()  # the GPU-group actor that launched it
+        assert actor is not None
+        actor.kill()  # SIGKILL, by PID
+        out, err = driver.communicate(timeout=240)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, out + err
+    runs = _runs(workdir)
+    lost = [r for r in runs if r.failure_kind == "infrastructure"]
+    assert len(lost) == 1 and lost[0].status == "failed" and "actor lost" in lost[0].failure_reason
+    retried = [r for r in runs if r.trial_number != lost[0].trial_number and r.params == lost[0].params
+               and r.status in ("ok", "infeasible")]
+    assert retried, "the lost trial's configuration was run again"
+    assert len([r for r in runs if r.status in ("ok", "infeasible")]) == 6
+    study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{workdir / 'tuner.db'}")
+    assert study.trials[lost[0].trial_number].state == optuna.trial.TrialState.FAIL
+    assert not our_servers(workdir)
