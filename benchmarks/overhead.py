@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from db.store import Store
 from tests.conftest import SPACES, start_sim
 from tuner.recording import Recorder, artifact_store
-from tuner.space import load_space
+from tuner.space_loader import load_space
 from tuner.study import open_study
 from workers.sim.offline import OfflineModel
 from workers.types import BenchResult, TrialResult

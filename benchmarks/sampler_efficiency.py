@@ -24,7 +24,7 @@ import optuna
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner.sampler import make_sampler
-from tuner.space import load_space
+from tuner.space_loader import load_space
 from workers.sim.offline import OfflineModel
 
 

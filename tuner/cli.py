@@ -53,7 +53,7 @@ def validate(
     = None,
 ) -> None:
     """Check a search space and print its parameters, size and what the hardware rules prune."""
-    from tuner.space import load_space
+    from tuner.space_loader import load_space
     from tuner.views import print_validation
 
     def go() -> None:
@@ -74,7 +74,7 @@ def render(
     """Print the exact launch command and env of one configuration (unset params: first choice)."""
     from tuner.render import render as render_cmd
     from tuner.render import shell_command
-    from tuner.space import load_space, parse_assignments
+    from tuner.space_loader import load_space, parse_assignments
 
     def go() -> None:
         table = _flag_table(sglang_python, sglang_version)

@@ -29,7 +29,8 @@ from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
 from tuner.redact import scrub, secret_values
 from tuner.results import SweepResults
 from tuner.sampler import make_sampler
-from tuner.space import ForbiddenConfig, SearchSpace, apply_hardware, check_flags, load_space
+from tuner.space import ForbiddenConfig, SearchSpace
+from tuner.space_loader import apply_hardware, check_flags, load_space
 from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.types import Config, FailureKind, TrialResult, TrialSpec
 

@@ -14,7 +14,7 @@ from tuner.flags import FlagTable, introspect
 from tuner.redact import redact_env
 from tuner.render import render, render_args, shell_command
 from tuner.sampler import make_sampler
-from tuner.space import load_space
+from tuner.space_loader import load_space
 from workers.types import Config, EngineSpec
 
 TABLE = FlagTable.bundled("0.5.23")

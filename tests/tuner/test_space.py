@@ -12,12 +12,13 @@ from tests.conftest import SPACES
 from tuner.errors import ConfigError, FlagError
 from tuner.flags import FlagTable
 from tuner.sampler import make_sampler
-from tuner.space import load_space
+from tuner.space_loader import load_space
 
 TABLE = FlagTable.bundled("0.5.23")
 
 GOOD = """
 name: t
+gpus_per_trial: 4
 base: {model_path: /m, tp_size: 4}
 params:
   quant_format:
@@ -63,6 +64,10 @@ BROKEN = {
         "name: t\nparams:\n  s:\n    choices:\n      mtp: {speculative_num_steps: {int: [3, 1]}}\n",
         "params.s.choices.mtp.speculative_num_steps: range min 3 is greater than max 1"),
     "benchmark wrong type": ("name: t\nbenchmark: {concurrency: many}\n", "benchmark.concurrency: 'many'"),
+    "more GPUs than a trial has": ("name: t\ngpus_per_trial: 2\nbase: {tp_size: 2}\nparams:\n"
+                                   "  tp_size: {choices: [1, 2, 4]}\n",
+                                   "params.tp_size.choices[2]: tp_size x dp_size x pp_size = 4 GPUs, but "
+                                   "gpus_per_trial is 2"),
     "forbid bad value": ("name: t\nparams:\n  ep_size: {choices: [1, 2]}\nforbid:\n  - {ep_size: 3}\n",
                          "forbid[0].ep_size: 3 is not a value of parameter 'ep_size'"),
 }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tests.conftest import SPACES
-from tuner.space import SearchSpace, load_space
+from tuner.space import SearchSpace
+from tuner.space_loader import load_space
 from workers.sim.offline import OfflineModel
 
 
