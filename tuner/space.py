@@ -10,6 +10,7 @@ base < parameters in file order.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -202,11 +203,7 @@ class SearchSpace:
         scenario = None
         if self.file.scenario:
             scenario = str((Path(self.path).parent / self.file.scenario).resolve())
-        default_python = "python3"
-        if self.file.engine == "sim":
-            import sys
-
-            default_python = sys.executable
+        default_python = sys.executable if self.file.engine == "sim" else "python3"
         return EngineSpec(
             kind=self.file.engine, python=python_override or self.file.sglang_python or default_python,
             scenario=scenario, sglang_version=self.file.sglang_version,

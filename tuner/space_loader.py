@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from tuner.errors import ConfigError, FlagError
@@ -19,8 +20,6 @@ from tuner.space_file import ParamSpec, SpaceFile, format_validation_error, load
 
 def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, Any]:
     """``["ep_size=2", "quant_format=nvfp4"]`` -> typed values (YAML scalars)."""
-    import yaml
-
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -135,8 +135,6 @@ class BenchResult:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every metric."""
-        from dataclasses import asdict
-
         return asdict(self)
 
 

@@ -48,7 +48,9 @@ def failing(tmp_path: Path) -> Path:
 
 
 def test_readiness_sequence_and_log_lines(tmp_path: Path) -> None:
-    server = start_sim(SEED, {"model_path": "/models/DeepSeek-V4-Flash-NVFP4"}, tmp_path, wait=False)
+    slow_start = tmp_path / "slow.yaml"  # 6 s startup: the 503 warm-up phase lasts 0.6 s, easy to observe
+    slow_start.write_text("name: slow\ntime_scale: 100\nbase: {tok_s_c16: 20, ttft_ms: 100, startup_s: 600}\n")
+    server = start_sim(slow_start, {"model_path": "/models/DeepSeek-V4-Flash-NVFP4"}, tmp_path, wait=False)
     try:
         seen: set[int] = set()
 

@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tuner.errors import ConfigError
+from tuner.space_file import format_validation_error
 
 Pattern = str | int | float | bool | None | list[str | int | float | bool | None]
 Adjust = float | str
@@ -137,8 +138,6 @@ class Outcome:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario; ConfigError (one line, key path) on any problem."""
-    from tuner.space_file import format_validation_error
-
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
