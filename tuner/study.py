@@ -207,7 +207,7 @@ class Sweep:
         pending: dict[Any, Pending] = {}
         waiting_on: dict[str, list[tuple[optuna.Trial, Config]]] = {}
         repeats = 0
-        cardinality = space.cardinality()
+        distinct = distinct_configurations(space)
         need_baseline = not any(r.baseline for r in self.store.runs(sweep.id)) and not any(
             t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         try:
@@ -215,8 +215,8 @@ class Sweep:
                 if STOP.is_set():  # in case a library swallowed the KeyboardInterrupt
                     raise KeyboardInterrupt
                 launched = self.store.count_launched(sweep.id)
-                exhausted = repeats >= MAX_CONSECUTIVE_REPEATS or (
-                    math.isfinite(cardinality) and launched >= cardinality + 1)
+                exhausted = quota.confirmations is None and (
+                    repeats >= MAX_CONSECUTIVE_REPEATS or launched >= distinct)
                 while idle and quota.open(launched, len(pending)) and not exhausted:
                     trial = study.ask()
                     baseline = bool(trial.user_attrs.get("baseline"))
@@ -341,6 +341,14 @@ class Sweep:
             except Exception:
                 cluster.groups[p.group.index] = p.group
             return result
+
+
+def distinct_configurations(space: SearchSpace, limit: int = 50_000) -> float:
+    """How many different servers the space (and its baseline) can launch; ``inf`` when too many to list."""
+    if math.isinf(space.cardinality()) or space.cardinality() > limit:
+        return math.inf
+    keys = {space.from_params(params).key() for params in space.iter_configs()}
+    return len(keys | {space.baseline().key()})
 
 
 def _carried(attrs: dict[str, Any]) -> dict[str, Any]:

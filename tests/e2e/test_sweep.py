@@ -175,3 +175,18 @@ def test_a_lost_actor_is_an_infrastructure_failure_requeued_once(workdir: Path) 
     study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{workdir / 'tuner.db'}")
     assert study.trials[lost[0].trial_number].state == optuna.trial.TrialState.FAIL
     assert not our_servers(workdir)
+
+
+def test_a_small_space_is_exhausted_then_its_best_confirmed(workdir: Path) -> None:
+    space = workdir / "tiny.yaml"
+    space.write_text((workdir / "e2e-space.yaml").read_text().replace("name: e2e", "name: tiny").split(
+        "params:")[0] + "params:\n  checkpoint:\n    choices:\n      slow: {model_path: /m/slow}\n"
+                        "      fast: {model_path: /m/fast}\n" + "benchmark:" +
+                    (workdir / "e2e-space.yaml").read_text().split("benchmark:")[1])
+    proc = run_tuner(workdir, "sweep", "--space", "tiny.yaml", "--budget", "10", "--confirm", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "search space exhausted after 2 distinct configurations" in proc.stdout
+    runs = _runs(workdir, "tiny")
+    launched = [r for r in runs if r.status in ("ok", "infeasible") and r.repeat_of is None]
+    assert len(launched) == 2 and len({r.config_key for r in launched}) == 2
+    assert len([r for r in runs if r.repeat_of is not None]) == 1
