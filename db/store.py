@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -111,6 +111,21 @@ class Store:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         with self._session() as s:
             Base.metadata.create_all(s.get_bind())
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Upgrade a database written by an older version: add the nullable columns it lacks."""
+        try:
+            inspector = inspect(self.engine)
+            with self.engine.begin() as conn:
+                for table in Base.metadata.sorted_tables:
+                    have = {c["name"] for c in inspector.get_columns(table.name)}
+                    for column in table.columns:
+                        if column.name not in have and column.nullable:
+                            kind = column.type.compile(dialect=self.engine.dialect)
+                            conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+        except SQLAlchemyError as exc:
+            raise StoreError(f"{self.path}: cannot upgrade the database: {str(exc).splitlines()[0]}") from exc
 
     @contextmanager
     def _session(self) -> Iterator[Session]:

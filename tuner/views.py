@@ -97,7 +97,9 @@ def runs_table(results: Any, limit: int | None = None) -> Table:
             f"{sweep.gpu_count} x {sweep.gpu_name})"
     table = Table(title=title, title_justify="left")
     head = "tok/s@C16" + (f" (modelled, /{scale:g})" if scale != 1 else "")
-    for col in ("trial", "status", head, "TTFT p50 ms", "startup s", "config / reason"):
+    roofline = sweep.roofline_tok_s
+    for col in ("trial", "status", head, *(["% roofline"] if roofline else []), "TTFT p50 ms", "startup s",
+                "config / reason"):
         table.add_column(col)
     for run in results.ranked()[:limit]:
         ttft = (run.metrics or {}).get("ttft_ms", {}).get("p50")
@@ -107,7 +109,9 @@ def runs_table(results: Any, limit: int | None = None) -> Table:
             what += f"\n[red]{run.failure_kind or run.status}[/red]: {run.failure_reason[:160]}"
         status = run.status + (f" (= #{run.cached_from})" if run.cached_from is not None else "") + (
             f" (repeat of #{run.repeat_of})" if run.repeat_of is not None else "")
-        table.add_row(str(run.trial_number), status, _result_cell(run, scale, results), fmt_num(ttft),
+        share = ([f"{results.score(run) / scale / roofline:.1%}" if run.status == "ok" and run.tok_s else "-"]
+                 if roofline else [])
+        table.add_row(str(run.trial_number), status, _result_cell(run, scale, results), *share, fmt_num(ttft),
                       fmt_num(run.startup_s), what)
     return table
 

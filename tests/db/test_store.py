@@ -84,3 +84,17 @@ def test_unwritable_database_is_a_store_error(tmp_path: Path) -> None:
     (tmp_path / "dir.db").mkdir()
     with pytest.raises(StoreError, match="dir.db"):
         Store(tmp_path / "dir.db")
+
+
+def test_a_database_from_an_older_version_is_upgraded_keeping_its_runs(tmp_path: Path) -> None:
+    store = Store(tmp_path / "old.db")
+    sid = _sweep(store)
+    store.record(sid, _result(0, "k", tok_s=12.0), Config({}, {}), status="ok")
+    store.close()
+    with sqlite3.connect(tmp_path / "old.db") as conn:  # as written before `repeat_of` existed
+        conn.execute("ALTER TABLE tuner_trial_runs DROP COLUMN repeat_of")
+    upgraded = Store(tmp_path / "old.db")
+    runs = upgraded.runs(sid)
+    assert [(r.trial_number, r.tok_s, r.repeat_of) for r in runs] == [(0, 12.0, None)]
+    upgraded.record(sid, _result(1, "k", tok_s=13.0), Config({}, {}), status="ok", repeat_of=0)
+    assert upgraded.count_launched(sid) == 1
