@@ -17,7 +17,7 @@ import yaml
 
 from db.store import RunRow, SweepRow
 from tuner.errors import ConfigError, StudyError
-from tuner.redact import REDACTED
+from tuner.redact import REDACTED, is_secret_option
 from tuner.results import SweepResults, load_results
 
 TUNER_OWNED = ("--host", "--port")
@@ -54,9 +54,26 @@ def _group(options: list[str]) -> list[list[str]]:
     return groups
 
 
+def _from_environment(name: str) -> str:
+    return f'"${{{name}:?set {name} in your environment}}"'
+
+
+def _option_line(group: list[str]) -> str:
+    """One option and its values, shell-quoted; a redacted secret is read from the user's environment."""
+    option, values = group[0], group[1:]
+    if REDACTED not in values:
+        return " ".join(shlex.quote(p) for p in group)
+    if not is_secret_option(option):
+        raise StudyError(f"the recorded value of {option} was redacted by an older sglang-tuner; "
+                         "it cannot be exported (run that configuration again to record it)")
+    variable = option.removeprefix("--").replace("-", "_").upper()
+    return " ".join([shlex.quote(option), *(_from_environment(variable) if v == REDACTED else shlex.quote(v)
+                                            for v in values)])
+
+
 def _env_line(name: str, value: str) -> str:
     if value == REDACTED:
-        return f'export {name}="${{{name}:?set {name} in your environment}}"'
+        return f"export {name}={_from_environment(name)}"
     return f"export {name}={shlex.quote(value)}"
 
 
@@ -99,7 +116,7 @@ def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3", samples
     ]
     env = [_env_line(k, v) for k, v in launch_env(run).items()]
     lines = [f"exec {shlex.quote(python)} -m sglang.launch_server \\"]
-    lines += [f"  {' '.join(shlex.quote(p) for p in group)} \\" for group in _group(server_options(run.argv))]
+    lines += [f"  {_option_line(group)} \\" for group in _group(server_options(run.argv))]
     lines.append('  "$@"')
     return "\n".join(header + env + ([""] if env else []) + lines) + "\n"
 

@@ -1,9 +1,11 @@
 """Keeping secrets out of the database, logs and exported scripts.
 
 Secret are the values of environment variables named like ``*TOKEN*``, ``*KEY*``, ``*SECRET*`` or
-``*PASSWORD*``, and of SGLang options named like ``api_key``/``--api-key``, ``*token*``,
-``*secret*``, ``*password*``. They are replaced by ``<redacted>``; the server itself still gets
-the real values.
+``*PASSWORD*``, and of SGLang options that hold credentials: ``*api_key`` (``--api-key``,
+``--admin-api-key``), ``*password*`` (``--ssl-keyfile-password``), ``*secret*`` and ``hf_token``-like
+names. Options that merely mention tokens or keys (``--speculative-num-draft-tokens``,
+``--tokenizer-path``, ``--ssl-keyfile``) are settings, not secrets, and are kept: an exported script
+must reproduce them. Secrets are replaced by ``<redacted>``; the server itself gets the real values.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from typing import Any
 
 REDACTED = "<redacted>"
 SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
-SECRET_OPTION = re.compile(r"api[-_]key|token|secret|password", re.IGNORECASE)
+SECRET_OPTION = re.compile(r"api_key$|password|secret|(?:^|_)(?:hf|auth|access|bearer)_token$", re.IGNORECASE)
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether an SGLang option holds a credential; ``name`` is a dest (``api_key``) or ``--api-key[=X]``."""
+    dest = name.split("=", 1)[0].removeprefix("--").replace("-", "_")
+    return bool(SECRET_OPTION.search(dest))
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -23,7 +31,7 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 
 def redact_flags(flags: dict[str, Any]) -> dict[str, Any]:
     """Settings (dest names) with secret values (``api_key`` ...) hidden."""
-    return {k: (REDACTED if SECRET_OPTION.search(k) and v is not None else v) for k, v in flags.items()}
+    return {k: (REDACTED if is_secret_option(k) and v is not None else v) for k, v in flags.items()}
 
 
 def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
@@ -31,11 +39,12 @@ def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
     out: list[str] = []
     hide_next = False
     for arg in argv:
-        if hide_next:
+        if hide_next and not arg.startswith("--"):
             out.append(REDACTED)
             hide_next = False
             continue
-        if arg.startswith("--") and SECRET_OPTION.search(arg):
+        hide_next = False
+        if arg.startswith("--") and is_secret_option(arg):
             if "=" in arg:
                 out.append(arg.split("=", 1)[0] + "=" + REDACTED)
                 continue
@@ -48,7 +57,7 @@ def secret_values(argv: tuple[str, ...] | list[str], env: dict[str, str],
                   flags: dict[str, Any] | None = None) -> list[str]:
     """The secret strings (4+ characters) found in a launch, to scrub from free text."""
     hidden = [v for k, v in env.items() if SECRET_ENV.search(k) and v]
-    hidden += [str(v) for k, v in (flags or {}).items() if SECRET_OPTION.search(k) and v is not None]
+    hidden += [str(v) for k, v in (flags or {}).items() if is_secret_option(k) and v is not None]
     hidden += [a for a, r in zip(argv, redact_argv(argv), strict=True) if a != r]
     return sorted({h.split("=", 1)[-1] if h.startswith("--") else h for h in hidden if len(h) >= 4},
                   key=len, reverse=True)

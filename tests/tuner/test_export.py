@@ -146,3 +146,21 @@ def test_confirmed_configurations_rank_by_their_median() -> None:
     assert [r.trial_number for r in results.ranked()] == [2, 1, 3, 4]
     script = launch_script(b, _sweep(), samples=results.samples("b"))
     assert "median of 2 measurements: 29.00, 29.50" in script
+
+
+def test_redacted_option_value_is_read_from_the_environment(tmp_path: Path) -> None:
+    argv = [*ARGV[:3], "--speculative-num-draft-tokens", "4", "--api-key", "<redacted>", "--tp-size", "4"]
+    script = launch_script(_run(argv, {}), _sweep())
+    assert "'<redacted>'" not in script
+    seen = _execute(script, tmp_path, env={"API_KEY": "sk-real"})
+    assert seen["argv"] == ["-m", "sglang.launch_server", "--speculative-num-draft-tokens", "4", "--api-key",
+                            "sk-real", "--tp-size", "4"]
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        _execute(script, tmp_path)
+    assert "set API_KEY in your environment" in info.value.stderr
+
+
+def test_setting_redacted_by_an_older_version_is_a_clear_error() -> None:
+    argv = [*ARGV[:3], "--speculative-num-draft-tokens", "<redacted>"]
+    with pytest.raises(StudyError, match="--speculative-num-draft-tokens was redacted by an older sglang-tuner"):
+        launch_script(_run(argv, {}), _sweep())
