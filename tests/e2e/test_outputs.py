@@ -15,6 +15,7 @@ from db.store import Store
 from tests.e2e.conftest import FIXTURES, run_tuner
 from tuner.dashboard import make_dashboard, serve_in_thread
 from tuner.export import server_options
+from workers.sim.args import build_parser
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +42,7 @@ def test_exported_script_is_the_measured_command(swept: Path) -> None:
         sweep = store.sweep("e2e")
         assert sweep is not None
         best = store.run(sweep.id, shown["trial_number"])
+        server_log = store.server_log(sweep.id, shown["trial_number"])
     finally:
         store.close()
     assert best is not None and best.status == "ok"
@@ -48,6 +50,24 @@ def test_exported_script_is_the_measured_command(swept: Path) -> None:
     body = script.split("exec python3 -m sglang.launch_server \\\n", 1)[1]
     options = [tok for line in body.splitlines() for tok in line.strip().rstrip("\\").split()]
     assert options[:-1] == server_options(best.argv) and options[-1] == '"$@"'
+    # ... and exactly what the server was started with (its own log), settings such as
+    # --max-total-tokens included: nothing lost to redaction.
+    assert "--max-total-tokens" in options and "<redacted>" not in script
+    logged = re.search(r"server_args=ServerArgs\((.*)\)", server_log)
+    assert logged is not None
+    tuner_owned = ("host", "port", "sim_scenario")
+    exported = {k: v for k, v in _server_args(options[:-1]).items() if k not in tuner_owned}
+    assert exported == {k: v for k, v in _pairs(logged.group(1)).items() if k not in tuner_owned}
+
+
+def _pairs(text: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+)=('[^']*'|\[[^\]]*\]|[^,]+)", text))
+
+
+def _server_args(options: list[str]) -> dict[str, str]:
+    """The ServerArgs line the simulated engine would log for these options (its own parser)."""
+    namespace = build_parser("0.5.23").parse_args(options)
+    return _pairs(", ".join(f"{k}={v!r}" for k, v in sorted(vars(namespace).items()) if v not in (None, False)))
 
 
 def test_export_errors_are_one_line(swept: Path) -> None:
