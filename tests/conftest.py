@@ -36,7 +36,8 @@ def start_sim(scenario: Path | str, flags: dict[str, object], log_dir: Path, env
     engine = EngineSpec(kind="sim", python=sys.executable, scenario=str(scenario))
     cmd = render(Config(params={}, flags=dict(flags), env=dict(env or {})), FlagTable.bundled(), engine,
                  host="127.0.0.1", port=port)
-    server = ServerProcess(cmd, log_dir / f"sim-{port}.log", url=f"http://127.0.0.1:{port}")
+    api_key = str(flags["api_key"]) if flags.get("api_key") else None
+    server = ServerProcess(cmd, log_dir / f"sim-{port}.log", url=f"http://127.0.0.1:{port}", api_key=api_key)
     server.start()
     if wait:
         server.wait_ready(timeout_s)

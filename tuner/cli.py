@@ -97,6 +97,8 @@ def bench(
     duration: Annotated[float, typer.Option(min=0.1, help="Seconds of the measurement window.")] = 60.0,
     repeats: Annotated[int, typer.Option(min=1, help="Consecutive windows (median and spread).")] = 1,
     api: Annotated[str, typer.Option(help="generate (native) or completions (OpenAI).")] = "generate",
+    api_key: Annotated[str | None, typer.Option(envvar="SGLANG_API_KEY",
+                                                help="The server's --api-key (sent as a Bearer token).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
     """Benchmark any running SGLang server: decode tok/s at concurrency C and latency percentiles."""
@@ -113,7 +115,7 @@ def bench(
             raise ConfigError(f"--api {api!r}: use generate or completions")
         cfg = BenchConfig(concurrency=concurrency, input_len=input_len, output_len=output_len,
                           warmup_s=warmup, duration_s=duration, repeats=repeats, api=api)
-        result = asyncio.run(run_benchmark(url.rstrip("/"), cfg))
+        result = asyncio.run(run_benchmark(url.rstrip("/"), cfg, api_key=api_key))
         if as_json:
             print(json.dumps(result.as_dict(), indent=2))
         else:

@@ -116,14 +116,15 @@ async def _one_request(client: httpx.AsyncClient, path: str, body: dict[str, Any
 
 async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTransport | None = None,
                         on_phase: Callable[[str], None] | None = None,
-                        should_stop: Callable[[], bool] | None = None) -> BenchResult:
+                        should_stop: Callable[[], bool] | None = None, api_key: str | None = None) -> BenchResult:
     """Benchmark the server at ``url``; BenchmarkError with the reason if no valid measurement.
 
     ``on_phase`` is called with "warm-up" at the start and "measuring" when the window opens;
     ``should_stop`` is polled every 0.1 s and ends the run at once (server died, interrupted).
     Early stopping: with ``early_stop_below_tok_s`` and ``early_stop_window_s`` set, a run whose
     first ``early_stop_window_s`` of measurement is below that rate ends there, and its result
-    (measured over that short window) says ``early_stopped``.
+    (measured over that short window) says ``early_stopped``. ``api_key``: the server's ``--api-key``,
+    sent as ``Authorization: Bearer``.
     """
     rng = random.Random(cfg.seed)
     path, _ = _payload(cfg, [])
@@ -158,7 +159,9 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
     if on_phase is not None:
         on_phase("warm-up")
         asyncio.get_running_loop().call_later(cfg.warmup_s, on_phase, "measuring")
-    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout, limits=limits) as client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout, limits=limits,
+                                 headers=headers) as client:
         tasks = [asyncio.create_task(worker(client)) for _ in range(cfg.concurrency)]
 
         async def watch() -> None:

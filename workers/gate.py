@@ -52,15 +52,19 @@ def check_output(prompt: GatePrompt, text: str | None, output_ids: list[int], du
 
 
 async def run_gate(url: str, gate: GateConfig, *, dummy_weights: bool = False, no_tokenizer: bool = False,
-                   transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 120.0) -> GateResult:
+                   transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 120.0,
+                   api_key: str | None = None) -> GateResult:
     """Send each gate prompt (or a default one) and check the answers; never raises for HTTP trouble.
+
+    ``api_key``: the server's ``--api-key``, sent as ``Authorization: Bearer``.
 
     ``no_tokenizer`` (``--skip-tokenizer-init``): prompts go as token ids and only the garbage
     checks on ``output_ids`` apply (there is no text to compare).
     """
     prompts = gate.prompts or (DEFAULT_PROMPT,)
     checks: list[GateCheck] = []
-    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout_s) as client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout_s, headers=headers) as client:
         for prompt in prompts:
             body: dict[str, Any] = {"sampling_params": {"max_new_tokens": prompt.max_new_tokens,
                                                         "temperature": 0.0}}

@@ -50,8 +50,9 @@ class ServerProcess:
     """A launched server. Use as a context manager or call ``stop()`` yourself."""
 
     def __init__(self, cmd: LaunchCommand, log_path: str | Path, *, url: str,
-                 sweep_process_group: bool = False) -> None:
+                 sweep_process_group: bool = False, api_key: str | None = None) -> None:
         self.cmd = cmd
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url
         self.log_path = Path(log_path)
         self.sweep_process_group = sweep_process_group
@@ -114,7 +115,7 @@ class ServerProcess:
         assert self.proc is not None, "start() first"
         deadline = self.started_at + timeout_s
         probe = "/ready"
-        with httpx.Client(base_url=self.url, timeout=5.0) as client:
+        with httpx.Client(base_url=self.url, timeout=5.0, headers=self.headers) as client:
             while True:
                 code = self.proc.poll()
                 if code is not None:
@@ -128,6 +129,10 @@ class ServerProcess:
                     resp = client.get(probe)
                     if resp.status_code == 200:
                         return time.monotonic() - self.started_at
+                    if resp.status_code in (401, 403):
+                        self._fail(ServerStartError, f"server answers {probe} with HTTP {resp.status_code}: "
+                                   "it wants an API key the tuner was not given (set api_key in the space)",
+                                   FailureKind.CONFIG_ERROR)
                     if resp.status_code == 404 and probe == "/ready":
                         probe = "/health_generate"  # SGLang before /ready existed
                 if time.monotonic() > deadline:

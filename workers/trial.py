@@ -85,7 +85,8 @@ class TrialRunner:
             return result(argv=(), env=dict(spec.config.env), failure_kind=FailureKind.BAD_FLAG,
                           failure_reason=str(exc))
         server = ServerProcess(cmd, Path(spec.log_dir) / f"trial-{spec.trial_number:04d}.log",
-                               url=f"http://127.0.0.1:{port}", sweep_process_group=self.sweep_process_group)
+                               url=f"http://127.0.0.1:{port}", sweep_process_group=self.sweep_process_group,
+                               api_key=_api_key(spec))
         try:
             out = self._measure(spec, server, phase)
         finally:
@@ -123,13 +124,15 @@ class TrialRunner:
                 flags = spec.config.flags
                 out.gate = asyncio.run(run_gate(server.url, spec.gate,
                                                 dummy_weights=flags.get("load_format") == "dummy",
-                                                no_tokenizer=bool(flags.get("skip_tokenizer_init"))))
+                                                no_tokenizer=bool(flags.get("skip_tokenizer_init")),
+                                                api_key=_api_key(spec)))
                 if not out.gate.passed:
                     out.kind = FailureKind.GATE_FAILED
                     out.reason = f"correctness gate failed: {out.gate.summary()}"
                     return out
             out.bench = asyncio.run(run_benchmark(server.url, spec.bench, on_phase=phase,
-                                                  should_stop=lambda: self._interrupted or not server.alive()))
+                                                  should_stop=lambda: self._interrupted or not server.alive(),
+                                                  api_key=_api_key(spec)))
             if not server.alive():
                 raise BenchmarkError(f"server exited (code {server.exit_code()}) during the benchmark")
         except OSError as exc:  # the configured Python cannot even be started on this node
@@ -158,3 +161,9 @@ class _Outcome:
     kind: FailureKind | None = None
     reason: str = ""
     tail: str = ""
+
+
+def _api_key(spec: TrialSpec) -> str | None:
+    """The server's --api-key, which readiness, gate and benchmark must present."""
+    key = spec.config.flags.get("api_key")
+    return str(key) if key else None

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import SPACES
+from tests.conftest import SCENARIOS, SPACES, start_sim
 
 CLI = [sys.executable, "-m", "tuner.cli"]
 
 
-def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": str(cwd or "/tmp")})
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": str(cwd or "/tmp"), **(env or {})})
 
 
 def test_validate_prints_cardinality_of_every_bundled_space() -> None:
@@ -62,3 +63,18 @@ def test_sweep_with_a_broken_space_writes_nothing(tmp_path: Path) -> None:
 def test_show_without_database() -> None:
     proc = _run("show", "--db", "/nonexistent/t.db")
     assert proc.returncode == 1 and "no such database" in proc.stderr
+
+
+def test_bench_a_running_server_that_wants_an_api_key(tmp_path: Path) -> None:
+    server = start_sim(SCENARIOS / "fast-test.yaml", {"model_path": "/m", "api_key": "sk-bench-key"}, tmp_path)
+    try:
+        args = ("bench", "--url", server.url, "--concurrency", "4", "--input-len", "16", "--output-len", "32",
+                "--warmup", "0.2", "--duration", "1")
+        ok = _run(*args, "--json", env={"SGLANG_API_KEY": "sk-bench-key"})
+        assert ok.returncode == 0, ok.stderr
+        result = json.loads(ok.stdout)
+        assert result["tok_s"] > 0 and result["errors"] == []
+        denied = _run(*args)
+        assert denied.returncode == 1 and "401" in denied.stderr and len(denied.stderr.strip().splitlines()) == 1
+    finally:
+        server.stop()

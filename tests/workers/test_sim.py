@@ -112,6 +112,30 @@ def test_sse_framing_byte_for_byte(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_api_key_is_required_as_sglang_requires_it(tmp_path: Path) -> None:
+    server = start_sim(FAST, {"model_path": "/m", "api_key": "sk-test-key"}, tmp_path)  # ready: key was sent
+    try:
+        body = {"text": "hi", "sampling_params": {"max_new_tokens": 4}}
+        assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            denied = httpx.post(server.url + "/generate", json=body, headers=headers, timeout=10)
+            assert (denied.status_code, denied.json()) == (401, {"error": "Unauthorized"})
+        assert httpx.get(server.url + "/ready", timeout=10).status_code == 401
+        ok = httpx.post(server.url + "/generate", json=body, headers={"Authorization": "Bearer sk-test-key"},
+                        timeout=10)
+        assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 4
+    finally:
+        server.stop()
+
+
+def test_readiness_without_the_api_key_fails_fast_with_the_reason(tmp_path: Path) -> None:
+    server = start_sim(FAST, {"model_path": "/m", "api_key": "sk-test-key"}, tmp_path, wait=False)
+    server.headers = {}  # a client that was not told the key
+    with pytest.raises(ServerStartError, match="HTTP 401: it wants an API key") as info:
+        server.wait_ready(60)
+    assert info.value.kind == "config_error" and not server.alive()
+
+
 def test_openai_streams_with_usage(tmp_path: Path) -> None:
     server = start_sim(FAST, {"model_path": "/m"}, tmp_path)
     try:

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from workers.sim.engine import Request, Scheduler, count_prompt_tokens, token_id
 from workers.sim.scenario import Outcome, Scenario
@@ -231,4 +233,25 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v1/completions", openai, methods=["POST"]),
         Route("/v1/chat/completions", openai, methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    api_key = state.options.get("api_key")
+    if api_key:
+        app.add_middleware(BearerAuth, api_key=str(api_key))
+    return app
+
+
+class BearerAuth(BaseHTTPMiddleware):
+    """--api-key as SGLang enforces it: ``Authorization: Bearer KEY`` on every path but /health*, /metrics."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        super().__init__(app)
+        self.expected = f"Bearer {api_key}"
+
+    async def dispatch(self, request: HttpRequest, call_next: RequestResponseEndpoint) -> Response:
+        """Pass the request on, or answer 401 like SGLang."""
+        path = request.url.path
+        if request.method == "OPTIONS" or path.startswith(("/health", "/metrics")):
+            return await call_next(request)
+        if request.headers.get("Authorization") != self.expected:
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        return await call_next(request)
