@@ -5,6 +5,10 @@ forbidden combination with the parameters already decided for the trial (those s
 plus the jointly sampled "relative" ones). After ``max_redraws`` it picks uniformly among the
 allowed values. The study loop calls ask/sample/tell from one thread, so the per-trial memory of
 relative parameters needs no lock.
+
+With ``multivariate=True`` the jointly sampled parameters are those every finished trial *that has
+parameters* shares. The sweep's baseline trial (base settings only) has none; left in, it would make
+that intersection empty and silently turn multivariate TPE into independent sampling.
 """
 
 from __future__ import annotations
@@ -25,16 +29,24 @@ class ForbidAwareSampler(BaseSampler):
     """Wraps ``inner``; ``violates(params)`` says whether a (partial) assignment is forbidden."""
 
     def __init__(self, inner: BaseSampler, violates: Callable[[dict[str, Any]], bool],
-                 max_redraws: int = 32, seed: int | None = None) -> None:
+                 max_redraws: int = 32, seed: int | None = None, multivariate: bool = False) -> None:
         self._inner = inner
+        self._multivariate = multivariate
         self._violates = violates
         self._max_redraws = max_redraws
         self._rng = random.Random(seed)
         self._relative: dict[int, dict[str, Any]] = {}
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        """Delegated to the inner sampler."""
-        return self._inner.infer_relative_search_space(study, trial)
+        """Multivariate: the parameters shared by every finished trial that has any; else delegated."""
+        if not self._multivariate:
+            return self._inner.infer_relative_search_space(study, trial)
+        finished = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+                    if t.params]
+        if not finished:
+            return {}
+        shared = optuna.search_space.intersection_search_space(finished, include_pruned=True)
+        return {name: dist for name, dist in sorted(shared.items()) if not dist.single()}
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -87,4 +99,4 @@ def make_sampler(violates: Callable[[dict[str, Any]], bool], seed: int | None = 
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         tpe = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                          n_startup_trials=8)
-    return ForbidAwareSampler(tpe, violates, seed=seed)
+    return ForbidAwareSampler(tpe, violates, seed=seed, multivariate=True)

@@ -116,6 +116,23 @@ def test_sampling_respects_conditions_and_forbid(write_yaml) -> None:  # type: i
     assert seen_mtp and seen_off
 
 
+def test_baseline_trial_without_params_leaves_multivariate_sampling_on(write_yaml) -> None:  # type: ignore[no-untyped-def]
+    """The sweep's baseline trial has no parameters; the joint (relative) search space must still hold
+    the parameters every other trial shares, else multivariate TPE silently samples independently."""
+    space = load_space(write_yaml(GOOD), TABLE)
+    sampler = make_sampler(space.violates, seed=3)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    baseline = study.ask()
+    study.tell(baseline, 1.0)  # base settings only: no suggest_* calls
+    for i in range(4):
+        trial = study.ask()
+        space.sample(trial)
+        study.tell(trial, float(i))
+    joint = sampler.infer_relative_search_space(study, study.ask())
+    assert {"quant_format", "moe_runner_backend", "speculative", "nccl_proto"} <= set(joint)
+    assert "topk" not in joint  # conditional: not every trial has it
+
+
 def test_cardinality_counts_conditionals_and_forbid(write_yaml) -> None:  # type: ignore[no-untyped-def]
     space = load_space(write_yaml(GOOD), TABLE)
     # quant 2 x backend 3 x (off 1 + mtp 4 steps x 2 topk) x ep 3 x nccl 2, minus mxfp4+marlin
