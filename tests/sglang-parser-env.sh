@@ -13,5 +13,5 @@ python3 -m venv "$dir"
 "$dir/bin/python" -m pip install -q torch==2.13.0
 "$dir/bin/python" -m pip install -q --no-deps "sglang==$version"
 "$dir/bin/python" -m pip install -q triton numpy orjson psutil pybase64 requests packaging pillow starlette \
-  typing_extensions msgspec pydantic pyzmq tqdm ipython aiohttp
-"$dir/bin/python" -c "import sglang.srt.server_args, sglang; print('SGLang', sglang.__version__, 'parser ready')"
+  typing_extensions msgspec pydantic pyzmq tqdm ipython aiohttp pyyaml
+"$dir/bin/python" -c "import sglang.srt.server_args, sglang.srt.utils.server_args_config_parser, sglang; print('SGLang', sglang.__version__, 'parser ready')"

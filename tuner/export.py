@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import yaml
 
 from db.store import RunRow, SweepRow
 from tuner.errors import ConfigError, StudyError
+from tuner.flags import BUNDLED_VERSIONS, FlagTable
 from tuner.redact import REDACTED, is_secret_option
 from tuner.results import SweepResults, load_results
 
@@ -58,17 +60,16 @@ def _from_environment(name: str) -> str:
     return f'"${{{name}:?set {name} in your environment}}"'
 
 
-def _option_line(group: list[str]) -> str:
+def _option_line(group: list[str], quote: Callable[[str], str] = shlex.quote) -> str:
     """One option and its values, shell-quoted; a redacted secret is read from the user's environment."""
     option, values = group[0], group[1:]
     if REDACTED not in values:
-        return " ".join(shlex.quote(p) for p in group)
+        return " ".join(quote(p) for p in group)
     if not is_secret_option(option):
         raise StudyError(f"the recorded value of {option} was redacted by an older sglang-tuner; "
                          "it cannot be exported (run that configuration again to record it)")
     variable = option.removeprefix("--").replace("-", "_").upper()
-    return " ".join([shlex.quote(option), *(_from_environment(variable) if v == REDACTED else shlex.quote(v)
-                                            for v in values)])
+    return " ".join([quote(option), *(_from_environment(variable) if v == REDACTED else quote(v) for v in values)])
 
 
 def _env_line(name: str, value: str) -> str:
@@ -130,22 +131,69 @@ def as_json(run: RunRow, sweep: SweepRow) -> str:
 
 
 def _typed(value: str) -> int | float | str:
+    """An int or float when that is lossless (``4``, ``0.7``), else the string (``007``, ``1e3``)."""
     for cast in (int, float):
         try:
-            return cast(value)
+            typed = cast(value)
         except ValueError:
-            pass
+            continue
+        if str(typed) == value:
+            return typed
     return value
 
 
-def as_sglang_config(run: RunRow) -> str:
-    """YAML for SGLang's ``--config`` option: option names without dashes, values typed."""
+def _one_line_word(value: str) -> str:
+    """``value`` as one shell word on one line: shell-quoted, or in bash's ``$'...'`` form (escapes
+    for line breaks, tabs, quotes and backslashes) when it holds control characters."""
+    if not any(ch < " " for ch in value):
+        return shlex.quote(value)
+    escaped = "".join({"\\": "\\\\", "'": "\\'"}.get(ch) or (ch if ch >= " " else f"\\x{ord(ch):02x}")
+                      for ch in value)
+    return f"$'{escaped}'"
+
+
+def _config_expressible(option: str, values: list[str], table: FlagTable | None) -> bool:
+    """Whether SGLang's ``--config`` reader can hold this option: it takes store-true flags and
+    single-value options, not lists (``nargs='+'``) nor ``--flag/--no-flag`` pairs."""
+    flag = table.by_option(option) if table else None
+    if flag is None:  # unknown version: judge by the shape of the recorded argv
+        return len(values) == 1 or (not values and not option.startswith("--no-"))
+    if flag.kind == "list":
+        return False
+    if flag.kind == "bool":
+        return flag.negation is None
+    return len(values) == 1
+
+
+def as_sglang_config(run: RunRow, sweep: SweepRow | None = None) -> str:
+    """YAML for SGLang's ``--config`` option: option names without dashes, values typed losslessly.
+
+    Options ``--config`` cannot hold (lists, ``--no-`` flags, secrets) are listed in a header comment
+    as the arguments to pass beside it, and the environment variables as ``export`` lines; together
+    they give exactly the measured command.
+    """
+    version = run.sglang_version or (sweep.sglang_version if sweep else None)
+    table = FlagTable.bundled(version) if version in BUNDLED_VERSIONS else None
     data: dict[str, Any] = {}
+    extra: list[list[str]] = []
     for group in _group(server_options(run.argv)):
-        key = group[0].removeprefix("--")
-        values = [_typed(v) for v in group[1:]]
-        data[key] = True if not values else (values[0] if len(values) == 1 else values)
-    return yaml.safe_dump(data, sort_keys=False)
+        option, values = group[0], group[1:]
+        if REDACTED in values or not _config_expressible(option, values, table):
+            extra.append(group)
+            continue
+        data[option.removeprefix("--")] = True if not values else _typed(values[0])
+    header = [f"# sglang-tuner: trial {run.trial_number}" + (f" of study {sweep.study_name}" if sweep else "")
+              + f", SGLang {version or '?'}: python3 -m sglang.launch_server --config THIS_FILE"
+              + (" \\" if extra else "")]
+    if extra:
+        header.append(f"#     {' '.join(_option_line(group, _one_line_word) for group in extra)}")
+        header.append("# (list options, --no- flags and secrets are not in the file: pass them as arguments)")
+    env = launch_env(run)
+    if env:
+        header.append("# in this environment (SGLang's --config does not set environment variables):")
+        header += [f"#   export {k}={_from_environment(k) if v == REDACTED else _one_line_word(v)}"
+                   for k, v in env.items()]
+    return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False)
 
 
 def pick_run(results: SweepResults, trial: int | None) -> RunRow:
@@ -173,5 +221,5 @@ def export_text(db_path: str | Path, study: str | None, trial: int | None, fmt: 
     if fmt == "json":
         return as_json(run, results.sweep) + "\n"
     if fmt == "yaml":
-        return as_sglang_config(run)
+        return as_sglang_config(run, results.sweep)
     return launch_script(run, results.sweep, samples=results.samples(run.config_key))

@@ -107,6 +107,13 @@ class FlagTable:
                 return self.flags[old]
         return None
 
+    def by_option(self, option: str) -> Flag | None:
+        """The flag an option string (``--tp-size``, an alias or a ``--no-`` negation) belongs to."""
+        for flag in self.flags.values():
+            if option == flag.option or option in flag.aliases or option == flag.negation:
+                return flag
+        return None
+
     def lookup(self, name: str) -> Flag:
         """Like :meth:`resolve` but raises FlagError with a suggestion for an unknown name."""
         flag = self.resolve(name)

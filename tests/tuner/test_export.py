@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from dataclasses import replace
@@ -118,9 +119,53 @@ def test_options_parse_with_real_sglang_when_installed(tmp_path: Path) -> None:
 def test_json_and_sglang_config_yaml() -> None:
     data = json.loads(as_json(_run(ARGV, ENV), _sweep()))
     assert data["argv"][3:] == server_options(ARGV) and data["env"]["NCCL_PROTO"] == "LL"
-    cfg = yaml.safe_load(as_sglang_config(_run(ARGV, ENV)))
+    text = as_sglang_config(_run(ARGV, ENV), _sweep())
+    cfg = yaml.safe_load(text)
     assert cfg["tp-size"] == 4 and cfg["trust-remote-code"] is True and cfg["served-model-name"] == HOSTILE
-    assert cfg["cuda-graph-bs-decode"] == [1, 2, 4] and "port" not in cfg
+    assert "port" not in cfg and "cuda-graph-bs-decode" not in cfg  # --config cannot hold a list option ...
+    assert config_arguments(text) == ["--cuda-graph-bs-decode", "1", "2", "4"]  # ... so it is an argument
+    assert "#   export NCCL_PROTO=LL\n" in text and '#   export HF_TOKEN="${HF_TOKEN:?' in text
+    exports = "\n".join(line.removeprefix("#   ") for line in text.splitlines() if line.startswith("#   export"))
+    shown = subprocess.run(["bash", "-c", exports + '\nprintf %s "$WEIRD"'], capture_output=True, text=True,
+                           env={"HF_TOKEN": "x"}, check=True)
+    assert shown.stdout == HOSTILE  # the one-line comment form gives the exact value back
+
+
+def config_arguments(text: str) -> list[str]:
+    """The arguments the YAML export's header says to pass beside ``--config``."""
+    lines = text.splitlines()
+    return shlex.split(lines[1].removeprefix("#")) if lines[0].endswith("\\") else []
+
+
+def test_config_values_keep_their_exact_text() -> None:
+    argv = [*ARGV[:3], "--revision", "007", "--mem-fraction-static", "0.70", "--tp-size", "4",
+            "--api-key", "<redacted>"]
+    text = as_sglang_config(_run(argv, {}), _sweep())
+    cfg = yaml.safe_load(text)
+    assert cfg == {"revision": "007", "mem-fraction-static": "0.70", "tp-size": 4}
+    assert config_arguments(text) == ["--api-key", "${API_KEY:?set API_KEY in your environment}"]
+
+
+CONFIG_VS_ARGV = """
+import dataclasses, json, sys
+from sglang.srt.server_args import prepare_server_args
+a, b = (prepare_server_args(argv) for argv in json.loads(sys.stdin.read()))
+diff = {k: (v, getattr(b, k)) for k, v in vars(a).items() if not k.startswith("_") and v != getattr(b, k)}
+print(json.dumps({"diff": diff, "tp_size": a.tp_size}, default=str))
+"""
+
+
+def test_sglang_config_file_gives_the_measured_arguments_to_real_sglang(tmp_path: Path) -> None:
+    python = sglang_python()
+    argv = [*ARGV, "--no-enable-tf32-matmul", "--mem-fraction-static", "0.7"]
+    text = as_sglang_config(_run(argv, ENV), _sweep())
+    (tmp_path / "best.yaml").write_text(text)
+    via_config = ["--config", str(tmp_path / "best.yaml"), *config_arguments(text)]
+    out = subprocess.run([python, "-c", CONFIG_VS_ARGV], input=json.dumps([server_options(argv), via_config]),
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    parsed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert parsed == {"diff": {}, "tp_size": 4}
 
 
 def test_pick_run_messages() -> None:
