@@ -166,6 +166,10 @@ class Sweep:
                 for p in space.pruned:
                     view.log(f"pruned {p.reason}")
                 self._recover(study, sweep)
+                done = self.store.count_launched(sweep.id)
+                if done >= self.opts.budget:
+                    view.log(f"study {name} already has {done} finished trials (--budget {self.opts.budget}): "
+                             "nothing to launch; raise --budget to run more")
                 self._loop(study, sweep, space, cluster, view, Quota(self.opts.budget))
                 if self.opts.confirm:
                     self._confirm(study, sweep, space, cluster, view)

@@ -105,6 +105,9 @@ def test_sigkill_mid_sweep_then_resume(workdir: Path) -> None:
     study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{workdir / 'tuner.db'}")
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     assert not our_servers(workdir)
+    third = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0 and "already has 8 finished trials (--budget 8): nothing to launch" in third.stdout
+    assert [(r.trial_number, r.status) for r in _runs(workdir)] == [(r.trial_number, r.status) for r in runs]
 
 
 def _count_launched(workdir: Path) -> int:
