@@ -40,9 +40,16 @@ def detect_gpus() -> GpuInfo | None:
     rows = _smi("--query-gpu=name,compute_cap,driver_version,memory.total")
     if not rows:
         return None
-    name, cap, driver, mem = rows[0][:4]
-    return GpuInfo(name=name, arch=arch_from_capability(cap) if cap else None, count=len(rows),
-                   driver=driver, memory_gb=round(float(mem) / 1024, 1) if mem else 0.0)
+    name, cap, driver, mem = (rows[0] + ["", "", "", ""])[:4]
+    try:  # older drivers print "[N/A]" or "[Not Supported]" for fields they cannot query
+        arch: str | None = arch_from_capability(cap)
+    except ValueError:
+        arch = None
+    try:
+        memory_gb = round(float(mem) / 1024, 1)
+    except ValueError:
+        memory_gb = 0.0
+    return GpuInfo(name=name, arch=arch, count=len(rows), driver=driver, memory_gb=memory_gb)
 
 
 def gpu_pids() -> set[int] | None:
@@ -57,9 +64,17 @@ def wait_gpus_released(pids: set[int], timeout_s: float = 60.0, poll_s: float = 
     """Wait until none of ``pids`` runs and none holds a GPU; False on timeout."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        alive = {p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+        alive = {p for p in pids if _running(p)}
         holding = gpu_pids()
         if not alive and not (holding and holding & pids):
             return True
         time.sleep(poll_s)
     return False
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (a process may exit while we look)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
