@@ -169,15 +169,18 @@ for a in parser._actions:
                     "type": getattr(a.type, "__name__", None) if a.type else None,
                     "action": type(a).__name__, "nargs": a.nargs,
                     "choices": [str(c) for c in a.choices] if a.choices else None})
+sys.stdout.write("\n" + MARKER)
 json.dump({"sglang_version": getattr(sglang, "__version__", "unknown"), "options": options}, sys.stdout)
 """
+INTROSPECT_MARKER = "@@sglang-tuner flag table@@"
 
 
 def introspect(python: str, timeout_s: float = 120.0) -> FlagTable:
     """Dump the parser of the SGLang importable by ``python``; ConfigError if that fails."""
     try:
         proc = subprocess.run(
-            [python, "-c", INTROSPECT_SCRIPT], capture_output=True, text=True, timeout=timeout_s,
+            [python, "-c", f"MARKER = {INTROSPECT_MARKER!r}\n{INTROSPECT_SCRIPT}"], capture_output=True, text=True,
+            timeout=timeout_s,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -187,7 +190,13 @@ def introspect(python: str, timeout_s: float = 120.0) -> FlagTable:
         raise ConfigError(f"{python}: cannot introspect SGLang's parser: {last} (install SGLang for that Python, "
                           "point sglang_python / --sglang-python at the one that has it, or pin sglang_version "
                           "to use a bundled flag table)")
-    return FlagTable.from_dump(json.loads(proc.stdout), source=f"introspected with {python}")
+    _, found, dump = proc.stdout.rpartition(INTROSPECT_MARKER)  # whatever SGLang printed on import comes before
+    try:
+        if not found:
+            raise ValueError("no flag table in its output")
+        return FlagTable.from_dump(json.loads(dump), source=f"introspected with {python}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{python}: unreadable SGLang parser dump: {exc}") from exc
 
 
 def table_for(python: str | None, version: str | None) -> FlagTable:
