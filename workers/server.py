@@ -89,15 +89,17 @@ class ServerProcess:
         """The last ``lines`` lines of the log."""
         return "\n".join(self.read_log(200_000).splitlines()[-lines:])
 
-    def _new_log(self) -> str:
+    def read_new_lines(self) -> str:
+        """The complete log lines written since the last call (a line still being written waits)."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_offset)
                 chunk = f.read()
         except OSError:
             return ""
-        self._log_offset += len(chunk)
-        return chunk.decode(errors="replace")
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written is read next time, whole
+        self._log_offset += len(complete)
+        return complete.decode(errors="replace")
 
     def _fail(self, exc_type: type[ServerStartError] | type[ServerTimeoutError], message: str,
               kind: FailureKind | None = None) -> None:
@@ -121,7 +123,7 @@ class ServerProcess:
                 if code is not None:
                     self._fail(ServerStartError, f"server exited with code {code} during startup: "
                                f"{reason_line(self.read_log(200_000))}")
-                if FATAL_LINES.search(self._new_log()):
+                if FATAL_LINES.search(self.read_new_lines()):
                     time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))  # let it print the cause
                     self._fail(ServerStartError, f"server failed during startup: "
                                f"{reason_line(self.read_log(200_000))}")

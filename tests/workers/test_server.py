@@ -1,0 +1,38 @@
+"""The server process wrapper with a stand-in server: watching its log for fatal lines."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.conftest import wait_for
+from workers.server import ServerProcess, free_port
+from workers.types import LaunchCommand
+
+HALF_A_FATAL_LINE = """
+import pathlib, sys, time
+sys.stderr.write("[2026-11-29 TP0] Scheduler hit an exc"); sys.stderr.flush()
+trigger = pathlib.Path(sys.argv[1])
+while not trigger.exists():
+    time.sleep(0.01)
+sys.stderr.write("eption: torch.OutOfMemoryError: CUDA out of memory\\n"); sys.stderr.flush()
+time.sleep(600)  # like a wedged SGLang: it does not exit by itself
+"""
+
+
+def test_a_line_written_in_two_pieces_is_read_whole(tmp_path: Path) -> None:
+    trigger = tmp_path / "go"
+    cmd = LaunchCommand(argv=(sys.executable, "-c", HALF_A_FATAL_LINE, str(trigger)), env={})
+    server = ServerProcess(cmd, tmp_path / "server.log", url=f"http://127.0.0.1:{free_port()}")
+    server.start()
+    try:
+        wait_for(lambda: "Scheduler hit an exc" in server.read_log(), 30, "the first half of the line")
+        assert server.read_new_lines() == ""  # half a line is not a line yet
+        trigger.touch()
+        wait_for(lambda: "CUDA out of memory" in server.read_log(), 30, "the rest of the line")
+        assert server.read_new_lines() == (
+            "[2026-11-29 TP0] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory\n")
+        assert server.read_new_lines() == ""
+    finally:
+        server.stop()
+    assert not server.alive()
