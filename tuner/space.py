@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from tuner.errors import ConfigError
 from tuner.hardware import Pruned
@@ -69,6 +70,14 @@ class Param:
             n = round((self.high - self.low) / self.step)
             return [round(self.low + i * self.step, 10) for i in range(n + 1)]
         return None
+
+    def distribution(self) -> BaseDistribution:
+        """The Optuna distribution this parameter is sampled from."""
+        if self.kind == "categorical":
+            return CategoricalDistribution(list(self.choices))
+        if self.kind == "int":
+            return IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
+        return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
 
     def suggest(self, trial: optuna.Trial) -> Any:
         """Sample this parameter from ``trial``."""

@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from db.store import Store, SweepRow, sqlite_url
 from tuner.cluster import Cluster, Group
-from tuner.errors import ClusterError, StudyError
+from tuner.errors import ClusterError, ConfigError, StudyError
 from tuner.live import GroupView, SweepView
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
 from tuner.redact import scrub, secret_values
@@ -109,6 +109,34 @@ def open_study(db_path: str | Path, name: str, space: SearchSpace | None, seed: 
     return study
 
 
+def check_resumable(study: optuna.Study, space: SearchSpace, db_path: str | Path) -> None:
+    """ConfigError when a parameter of ``space`` is sampled differently from how the study's earlier
+    trials sampled it (Optuna cannot continue a study whose choices changed)."""
+    recorded: dict[str, optuna.distributions.BaseDistribution] = {}
+    for trial in study.get_trials(deepcopy=False):
+        for name, dist in trial.distributions.items():
+            recorded.setdefault(name, dist)
+    for param in space.params:
+        old, new = recorded.get(param.name), param.distribution()
+        if old is None:
+            continue
+        try:
+            optuna.distributions.check_distribution_compatibility(old, new)
+        except ValueError:
+            raise ConfigError(
+                f"{param.path}: now {_described(new)}, but study {study.study_name!r} in {db_path} sampled it "
+                f"from {_described(old)}; give the changed space its own --study name (or put the old values "
+                "back)") from None
+
+
+def _described(dist: optuna.distributions.BaseDistribution) -> str:
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return f"choices [{', '.join(map(str, dist.choices))}]"
+    if isinstance(dist, optuna.distributions.IntDistribution | optuna.distributions.FloatDistribution):
+        return f"range {dist.low}..{dist.high}" + (" (log)" if dist.log else "")
+    return repr(dist)
+
+
 class Sweep:
     """One `tuner sweep` run (see module docstring)."""
 
@@ -144,6 +172,7 @@ class Sweep:
             self.store = Store(self.opts.db_path)
             name = self.opts.study_name or space.name
             study = open_study(self.opts.db_path, name, space, self.opts.seed)
+            check_resumable(study, space, self.opts.db_path)
             gpu = node.gpu
             sweep = self.store.ensure_sweep(
                 name, space_path=str(Path(self.opts.space_path).resolve()),
