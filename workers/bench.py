@@ -114,6 +114,11 @@ async def _one_request(client: httpx.AsyncClient, path: str, body: dict[str, Any
             rec.end = time.perf_counter()
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The headers that present a server's ``--api-key`` (none without one)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTransport | None = None,
                         on_phase: Callable[[str], None] | None = None,
                         should_stop: Callable[[], bool] | None = None, api_key: str | None = None) -> BenchResult:
@@ -159,9 +164,8 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
     if on_phase is not None:
         on_phase("warm-up")
         asyncio.get_running_loop().call_later(cfg.warmup_s, on_phase, "measuring")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout, limits=limits,
-                                 headers=headers) as client:
+                                 headers=auth_headers(api_key)) as client:
         tasks = [asyncio.create_task(worker(client)) for _ in range(cfg.concurrency)]
 
         async def watch() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from workers.bench import auth_headers
 from workers.types import GateCheck, GateConfig, GatePrompt, GateResult
 
 DEFAULT_PROMPT = GatePrompt(text="The capital of France is", max_new_tokens=16)
@@ -63,8 +64,8 @@ async def run_gate(url: str, gate: GateConfig, *, dummy_weights: bool = False, n
     """
     prompts = gate.prompts or (DEFAULT_PROMPT,)
     checks: list[GateCheck] = []
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout_s, headers=headers) as client:
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout_s,
+                                 headers=auth_headers(api_key)) as client:
         for prompt in prompts:
             body: dict[str, Any] = {"sampling_params": {"max_new_tokens": prompt.max_new_tokens,
                                                         "temperature": 0.0}}

@@ -21,6 +21,7 @@ import httpx
 import psutil
 
 from tuner.errors import ServerStartError, ServerTimeoutError
+from workers.bench import auth_headers
 from workers.failures import FATAL_LINES, classify, reason_line
 from workers.procs import sweep_orphans, terminate_all
 from workers.types import FailureKind, LaunchCommand
@@ -52,7 +53,7 @@ class ServerProcess:
     def __init__(self, cmd: LaunchCommand, log_path: str | Path, *, url: str,
                  sweep_process_group: bool = False, api_key: str | None = None) -> None:
         self.cmd = cmd
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.headers = auth_headers(api_key)
         self.url = url
         self.log_path = Path(log_path)
         self.sweep_process_group = sweep_process_group

@@ -119,20 +119,21 @@ class TrialRunner:
                 self._server = server
                 server.start()
             out.startup_s = server.wait_ready(spec.startup_timeout_s)
+            api_key = _api_key(spec)
             if spec.gate.enabled:
                 phase("gate")
                 flags = spec.config.flags
                 out.gate = asyncio.run(run_gate(server.url, spec.gate,
                                                 dummy_weights=flags.get("load_format") == "dummy",
                                                 no_tokenizer=bool(flags.get("skip_tokenizer_init")),
-                                                api_key=_api_key(spec)))
+                                                api_key=api_key))
                 if not out.gate.passed:
                     out.kind = FailureKind.GATE_FAILED
                     out.reason = f"correctness gate failed: {out.gate.summary()}"
                     return out
             out.bench = asyncio.run(run_benchmark(server.url, spec.bench, on_phase=phase,
                                                   should_stop=lambda: self._interrupted or not server.alive(),
-                                                  api_key=_api_key(spec)))
+                                                  api_key=api_key))
             if not server.alive():
                 raise BenchmarkError(f"server exited (code {server.exit_code()}) during the benchmark")
         except OSError as exc:  # the configured Python cannot even be started on this node
