@@ -72,10 +72,10 @@ def _option_line(group: list[str], quote: Callable[[str], str] = shlex.quote) ->
     return " ".join([quote(option), *(_from_environment(variable) if v == REDACTED else quote(v) for v in values)])
 
 
-def _env_line(name: str, value: str) -> str:
+def _env_line(name: str, value: str, quote: Callable[[str], str] = shlex.quote) -> str:
     if value == REDACTED:
         return f"export {name}={_from_environment(name)}"
-    return f"export {name}={shlex.quote(value)}"
+    return f"export {name}={quote(value)}"
 
 
 def launch_env(run: RunRow) -> dict[str, str]:
@@ -191,8 +191,7 @@ def as_sglang_config(run: RunRow, sweep: SweepRow | None = None) -> str:
     env = launch_env(run)
     if env:
         header.append("# in this environment (SGLang's --config does not set environment variables):")
-        header += [f"#   export {k}={_from_environment(k) if v == REDACTED else _one_line_word(v)}"
-                   for k, v in env.items()]
+        header += [f"#   {_env_line(k, v, _one_line_word)}" for k, v in env.items()]
     return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False)
 
 
