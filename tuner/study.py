@@ -37,6 +37,7 @@ from workers.types import Config, FailureKind, TrialResult, TrialSpec
 STOP = threading.Event()  # set by the CLI's SIGINT/SIGTERM handler; checked by the loop
 MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
+CONFIRM_ROUNDS = 3  # --confirm: a confirmation that reorders the leaders brings the new ones in, this often
 
 
 @dataclass(frozen=True)
@@ -219,16 +220,23 @@ class Sweep:
 
     def _confirm(self, study: optuna.Study, sweep: SweepRow, space: SearchSpace, cluster: Cluster,
                  view: SweepView) -> None:
-        """Measure the ``confirm`` best configurations once more (those measured only once so far)."""
-        results = SweepResults(sweep, self.store.runs(sweep.id))
-        leaders = [r for r in results.ranked()[: self.opts.confirm]
-                   if r.status == "ok" and len(results.samples(r.config_key)) < 2]
-        if not leaders:
-            return
-        view.log(f"confirming the {len(leaders)} best configuration(s) with a second measurement")
-        for run in leaders:
-            study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number, "baseline": run.baseline})
-        self._loop(study, sweep, space, cluster, view, Quota(self.opts.budget, confirmations=len(leaders)))
+        """Measure the ``confirm`` best configurations once more, until the ``confirm`` best by median
+        have all been measured twice (a confirmation that drops its configuration down the ranking
+        brings the new leader in), at most ``CONFIRM_ROUNDS`` rounds."""
+        for _ in range(CONFIRM_ROUNDS):
+            results = SweepResults(sweep, self.store.runs(sweep.id))
+            leaders = [r for r in results.ranked()[: self.opts.confirm]
+                       if r.status == "ok" and len(results.samples(r.config_key)) < 2]
+            if not leaders:
+                return
+            view.log(f"confirming {len(leaders)} of the {self.opts.confirm} best configuration(s) "
+                     "with a second measurement")
+            for run in leaders:
+                study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number,
+                                                            "baseline": run.baseline})
+            self._loop(study, sweep, space, cluster, view, Quota(self.opts.budget, confirmations=len(leaders)))
+        view.log(f"after {CONFIRM_ROUNDS} confirmation rounds the ranking still moves; "
+                 "the best may rest on one measurement")
 
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, study: optuna.Study, sweep: SweepRow, space: SearchSpace, cluster: Cluster,
