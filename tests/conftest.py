@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from workers.types import BenchResult
+
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = ROOT / "search_spaces"
 SCENARIOS = SPACES / "scenarios"
@@ -55,3 +57,12 @@ def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):  # ty
             return value
         time.sleep(0.02)
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def bench_result(tok_s: float) -> BenchResult:
+    """A made-up benchmark result with this tok/s@C16, for tests that record runs without measuring."""
+    stats = {"mean": 1.0, "p50": 1.0, "p90": 2.0, "p99": 3.0}
+    return BenchResult(tok_s=tok_s, window_tok_s=(tok_s,), request_throughput=1.0, per_user_tok_s=10.0,
+                       ttft_ms=stats, tpot_ms=stats, itl_ms=stats, e2e_ms=stats, completed=10, failed=0,
+                       output_tokens=100, output_chunks=50, achieved_concurrency=16.0, concurrency=16,
+                       held_concurrency=True, accept_length=None, duration_s=1.0)

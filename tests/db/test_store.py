@@ -9,16 +9,9 @@ from pathlib import Path
 import pytest
 
 from db.store import Store
+from tests.conftest import bench_result
 from tuner.errors import StoreError
-from workers.types import BenchResult, Config, FailureKind, TrialResult
-
-
-def _bench(tok_s: float) -> BenchResult:
-    stats = {"mean": 1.0, "p50": 1.0, "p90": 2.0, "p99": 3.0}
-    return BenchResult(tok_s=tok_s, window_tok_s=(tok_s,), request_throughput=1.0, per_user_tok_s=10.0,
-                       ttft_ms=stats, tpot_ms=stats, itl_ms=stats, e2e_ms=stats, completed=10, failed=0,
-                       output_tokens=100, output_chunks=50, achieved_concurrency=16.0, concurrency=16,
-                       held_concurrency=True, accept_length=None, duration_s=1.0)
+from workers.types import Config, FailureKind, TrialResult
 
 
 def _result(n: int, key: str, *, tok_s: float | None = None, kind: FailureKind | None = None,
@@ -26,7 +19,7 @@ def _result(n: int, key: str, *, tok_s: float | None = None, kind: FailureKind |
             log: str = "") -> TrialResult:
     return TrialResult(trial_number=n, config_key=key, argv=argv, env=env or {}, sglang_version="0.5.23",
                        node="host", gpu_ids=("0", "1"), started_at=time.time(), finished_at=time.time(),
-                       bench=_bench(tok_s) if tok_s is not None else None, failure_kind=kind,
+                       bench=bench_result(tok_s) if tok_s is not None else None, failure_kind=kind,
                        failure_reason="boom" if kind else "", server_log=log)
 
 

@@ -11,17 +11,10 @@ from typing import Any
 import optuna
 
 from db.store import Store, SweepRow
+from tests.conftest import bench_result
 from tuner.results import SweepResults
 from tuner.study import CONFIRM_ROUNDS, Sweep, SweepOptions, open_study
-from workers.types import BenchResult, Config, TrialResult
-
-
-def _bench(tok_s: float) -> BenchResult:
-    stats = {"mean": 1.0, "p50": 1.0, "p90": 2.0, "p99": 3.0}
-    return BenchResult(tok_s=tok_s, window_tok_s=(tok_s,), request_throughput=1.0, per_user_tok_s=10.0,
-                       ttft_ms=stats, tpot_ms=stats, itl_ms=stats, e2e_ms=stats, completed=10, failed=0,
-                       output_tokens=100, output_chunks=50, achieved_concurrency=16.0, concurrency=16,
-                       held_concurrency=True, accept_length=None, duration_s=1.0)
+from workers.types import Config, TrialResult
 
 
 class ScriptedSweep(Sweep):
@@ -38,7 +31,7 @@ class ScriptedSweep(Sweep):
         now = time.time()
         result = TrialResult(trial_number=trial.number, config_key=f"key-{x}", argv=("python3",), env={},
                              sglang_version="0.5.23", node="host", gpu_ids=("0",), started_at=now,
-                             finished_at=now, bench=_bench(tok_s))
+                             finished_at=now, bench=bench_result(tok_s))
         self.store.record(sweep.id, result, Config(params={"x": x}, flags={"x": x}), status="ok",
                           repeat_of=repeat_of)
         study.tell(trial, tok_s)
