@@ -167,7 +167,9 @@ def test_repeat_mode_reports_median_and_spread(tmp_path: Path) -> None:
         server.stop()
     assert len(result.window_tok_s) == 3
     assert sorted(result.window_tok_s)[1] == result.tok_s
-    assert 0 <= result.spread < 0.1
+    windows = result.window_tok_s
+    assert result.spread == pytest.approx((max(windows) - min(windows)) / result.tok_s)
+    assert result.spread < 0.25  # noise off: the windows agree (~0.04 here; 0.10 with both CPUs busy elsewhere)
 
 
 def test_early_stopping_ends_a_clearly_slow_run(tmp_path: Path) -> None:
