@@ -223,11 +223,15 @@ class Sweep:
         """Measure the ``confirm`` best configurations once more, until the ``confirm`` best by median
         have all been measured twice (a confirmation that drops its configuration down the ranking
         brings the new leader in), at most ``CONFIRM_ROUNDS`` rounds."""
-        for _ in range(CONFIRM_ROUNDS):
+        for done_rounds in range(CONFIRM_ROUNDS + 1):
             results = SweepResults(sweep, self.store.runs(sweep.id))
             leaders = [r for r in results.ranked()[: self.opts.confirm]
                        if r.status == "ok" and len(results.samples(r.config_key)) < 2]
             if not leaders:
+                return
+            if done_rounds == CONFIRM_ROUNDS:
+                view.log(f"after {CONFIRM_ROUNDS} confirmation rounds the ranking still moves; "
+                         "the best may rest on one measurement")
                 return
             view.log(f"confirming {len(leaders)} of the {self.opts.confirm} best configuration(s) "
                      "with a second measurement")
@@ -235,8 +239,6 @@ class Sweep:
                 study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number,
                                                             "baseline": run.baseline})
             self._loop(study, sweep, space, cluster, view, Quota(self.opts.budget, confirmations=len(leaders)))
-        view.log(f"after {CONFIRM_ROUNDS} confirmation rounds the ranking still moves; "
-                 "the best may rest on one measurement")
 
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, study: optuna.Study, sweep: SweepRow, space: SearchSpace, cluster: Cluster,

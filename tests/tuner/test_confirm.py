@@ -90,3 +90,16 @@ def test_confirmation_rounds_are_bounded(tmp_path: Path) -> None:
     assert len(repeats) == CONFIRM_ROUNDS
     assert "the best may rest on one measurement" in view.lines[-1]
     runner.store.close()
+
+
+def test_a_ranking_settled_by_the_last_round_gives_no_warning(tmp_path: Path) -> None:
+    runner, study, sweep = _setup(tmp_path, 1, first={"a": 30.0, "b": 29.0, "c": 28.0, "d": 10.0},
+                                  second={"a": 1.0, "b": 1.0, "c": 27.0, "d": 10.0})
+    view = Log()
+    runner._confirm(study, sweep, None, None, view)  # type: ignore[arg-type]
+    results = SweepResults(sweep, runner.store.runs(sweep.id))
+    assert [r.params["x"] for r in results.runs if r.repeat_of is not None] == ["a", "b", "c"]
+    best = results.best()
+    assert best is not None and best.params["x"] == "c" and len(results.samples(best.config_key)) == 2
+    assert not any("still moves" in line for line in view.lines), view.lines
+    runner.store.close()
