@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import start_sim
+from tests.conftest import steady_sim
 from workers.bench import run_benchmark
 from workers.types import BenchConfig
 
@@ -34,20 +33,13 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--output-len", type=int, default=256)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        scenario = Path(tmp) / "fast.yaml"
-        scenario.write_text(f"name: fast\ntime_scale: 100\nbase: {{tok_s_c16: {args.tok_s}, ttft_ms: 100, "
-                            "startup_s: 10}\nnoise: {cv: 0}\n")
-        server = start_sim(scenario, {"model_path": "/m"}, Path(tmp))
-        try:
-            sp, me = psutil.Process(server.pid), psutil.Process(os.getpid())
-            s0, c0, t0 = sp.cpu_times(), me.cpu_times(), time.monotonic()
-            cfg = BenchConfig(concurrency=16, input_len=128, output_len=args.output_len, warmup_s=2.0,
-                              duration_s=args.duration)
-            result = asyncio.run(run_benchmark(server.url, cfg))
-            s1, c1, wall = sp.cpu_times(), me.cpu_times(), time.monotonic() - t0
-        finally:
-            server.stop()
+    with steady_sim(args.tok_s, ttft_ms=100, time_scale=100) as server:
+        sp, me = psutil.Process(server.pid), psutil.Process(os.getpid())
+        s0, c0, t0 = sp.cpu_times(), me.cpu_times(), time.monotonic()
+        cfg = BenchConfig(concurrency=16, input_len=128, output_len=args.output_len, warmup_s=2.0,
+                          duration_s=args.duration)
+        result = asyncio.run(run_benchmark(server.url, cfg))
+        s1, c1, wall = sp.cpu_times(), me.cpu_times(), time.monotonic() - t0
     print(f"modelled decode rate:  {args.tok_s * 100:,.0f} tok/s at C16 (time_scale 100)")
     print(f"measured tok/s@C16:    {result.tok_s:,.0f}  (chunks/s {result.output_chunks / cfg.duration_s:,.0f})")
     print(f"achieved concurrency:  {result.achieved_concurrency:.2f} (held: {result.held_concurrency})")

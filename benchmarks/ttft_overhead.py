@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import start_sim
+from tests.conftest import steady_sim
 from workers.bench import run_benchmark
 from workers.types import BenchConfig
 
@@ -56,22 +55,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        scenario = Path(tmp) / "steady.yaml"
-        scenario.write_text(f"name: steady\ntime_scale: {TIME_SCALE}\nbase: {{tok_s_c16: 30.0, ttft_ms: {TTFT_MS}, "
-                            "startup_s: 10}\nnoise: {cv: 0}\n")
-        server = start_sim(scenario, {"model_path": "/m"}, Path(tmp))
-        try:
-            print(f"server TTFT {TTFT_MS / TIME_SCALE:.0f} ms; {OUTPUT_LEN}-token outputs, TTFT p50 measured by:")
-            for c in (1, 16):
-                cfg = BenchConfig(concurrency=c, input_len=INPUT_LEN, output_len=OUTPUT_LEN, warmup_s=4.0,
-                                  duration_s=args.duration)
-                ours = asyncio.run(run_benchmark(server.url, cfg)).ttft_ms["p50"]
-                reference = asyncio.run(reference_ttft_ms(server.url, c, args.duration + 4.0))
-                print(f"  C{c:<3} tuner client (httpx) {ours:6.1f} ms   reference (aiohttp) {reference:6.1f} ms")
-        finally:
-            server.stop()
-
+    with steady_sim(30.0, TTFT_MS, TIME_SCALE) as server:
+        print(f"server TTFT {TTFT_MS / TIME_SCALE:.0f} ms; {OUTPUT_LEN}-token outputs, TTFT p50 measured by:")
+        for c in (1, 16):
+            cfg = BenchConfig(concurrency=c, input_len=INPUT_LEN, output_len=OUTPUT_LEN, warmup_s=4.0,
+                              duration_s=args.duration)
+            ours = asyncio.run(run_benchmark(server.url, cfg)).ttft_ms["p50"]
+            reference = asyncio.run(reference_ttft_ms(server.url, c, args.duration + 4.0))
+            print(f"  C{c:<3} tuner client (httpx) {ours:6.1f} ms   reference (aiohttp) {reference:6.1f} ms")
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +48,21 @@ def start_sim(scenario: Path | str, flags: dict[str, object], log_dir: Path, env
     if wait:
         server.wait_ready(timeout_s)
     return server
+
+
+@contextmanager
+def steady_sim(tok_s_c16: float, ttft_ms: float, time_scale: float) -> Iterator[Any]:
+    """A ready simulated server (model /m) of a noise-free one-configuration scenario, in a temporary
+    directory; stopped on exit. For the measurements in benchmarks/."""
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = Path(tmp) / "steady.yaml"
+        scenario.write_text(f"name: steady\ntime_scale: {time_scale}\nbase: {{tok_s_c16: {tok_s_c16}, "
+                            f"ttft_ms: {ttft_ms}, startup_s: 10}}\nnoise: {{cv: 0}}\n")
+        server = start_sim(scenario, {"model_path": "/m"}, Path(tmp))
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):  # type: ignore[no-untyped-def]
