@@ -27,7 +27,7 @@ from db.store import Store
 from tests.conftest import SPACES, start_sim
 from tuner.recording import Recorder, artifact_store
 from tuner.space_loader import load_space
-from tuner.study import open_study
+from tuner.study_db import open_study
 from workers.sim.offline import OfflineModel
 from workers.types import BenchResult, TrialResult
 

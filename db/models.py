@@ -51,7 +51,7 @@ class TrialRun(Base):
     flags: Mapped[dict[str, Any]] = mapped_column(JSON)
     argv: Mapped[list[str]] = mapped_column(JSON)
     env: Mapped[dict[str, str]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(20))  # ok | infeasible | failed | cached | interrupted
+    status: Mapped[str] = mapped_column(String(20))  # a workers.types.RunStatus value
     failure_kind: Mapped[str | None] = mapped_column(String(30))
     failure_reason: Mapped[str] = mapped_column(Text, default="")
     log_tail: Mapped[str] = mapped_column(Text, default="")
@@ -67,3 +67,15 @@ class TrialRun(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     cached_from: Mapped[int | None] = mapped_column(Integer)
     repeat_of: Mapped[int | None] = mapped_column(Integer)
+
+
+class LearnedRule(Base):
+    """A failure rule the sweep learned (tuner.failure_rules), replaced as a whole after each launch."""
+
+    __tablename__ = "tuner_learned_rules"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("tuner_sweeps.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    rule: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -21,10 +21,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.models import Base, Sweep, TrialRun
+from db.models import Base, LearnedRule, Sweep, TrialRun
 from tuner.errors import StoreError
 from tuner.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
-from workers.types import Config, TrialResult
+from workers.types import Config, RunStatus, TrialResult
 
 BUSY_TIMEOUT_S = 30.0
 MAX_LOG_CHARS = 1_000_000
@@ -78,7 +78,7 @@ class RunRow:
     flags: dict[str, Any]
     argv: list[str]
     env: dict[str, str]
-    status: str
+    status: RunStatus
     failure_kind: str | None
     failure_reason: str
     log_tail: str
@@ -96,7 +96,13 @@ class RunRow:
 
 
 def _row(obj: Any, cls: type[Any]) -> Any:
-    return cls(**{f: getattr(obj, f) for f in cls.__dataclass_fields__})
+    row = cls(**{f: getattr(obj, f) for f in cls.__dataclass_fields__})
+    if cls is RunRow:
+        object.__setattr__(row, "status", RunStatus(row.status))
+    return row
+
+
+LAUNCHED = (RunStatus.OK.value, RunStatus.INFEASIBLE.value)
 
 
 class Store:
@@ -171,7 +177,7 @@ class Store:
             return [_row(x, SweepRow) for x in s.scalars(select(Sweep).order_by(Sweep.updated_at.desc()))]
 
     # ---- runs ----------------------------------------------------------------------------------
-    def record(self, sweep_id: int, result: TrialResult, config: Config, *, status: str,
+    def record(self, sweep_id: int, result: TrialResult, config: Config, *, status: RunStatus,
                baseline: bool = False, cached_from: int | None = None, repeat_of: int | None = None) -> RunRow:
         """Write one trial run (secrets redacted); a second record of the same trial number replaces it.
 
@@ -189,7 +195,7 @@ class Store:
             run = TrialRun(
                 sweep_id=sweep_id, trial_number=result.trial_number, config_key=result.config_key,
                 baseline=baseline, params=dict(config.params), flags=redact_flags(dict(config.flags)),
-                argv=redact_argv(result.argv), env=redact_env(dict(result.env)), status=status,
+                argv=redact_argv(result.argv), env=redact_env(dict(result.env)), status=status.value,
                 failure_kind=result.failure_kind.value if result.failure_kind else None,
                 failure_reason=scrub(result.failure_reason, secrets), log_tail=scrub(result.log_tail, secrets),
                 server_log=scrub(result.server_log[-MAX_LOG_CHARS:], secrets),
@@ -234,13 +240,13 @@ class Store:
         with self._session() as s:
             r = s.scalar(select(TrialRun).where(
                 TrialRun.sweep_id == sweep_id, TrialRun.config_key == config_key, TrialRun.repeat_of.is_(None),
-                TrialRun.status.in_(("ok", "infeasible"))).order_by(TrialRun.trial_number))
+                TrialRun.status.in_(LAUNCHED)).order_by(TrialRun.trial_number))
             return _row(r, RunRow) if r else None
 
     def best_tok_s(self, sweep_id: int) -> float | None:
         """The highest tok/s@C16 measured so far in a sweep (None before the first)."""
         with self._session() as s:
-            q = select(func.max(TrialRun.tok_s)).where(TrialRun.sweep_id == sweep_id, TrialRun.status == "ok")
+            q = select(func.max(TrialRun.tok_s)).where(TrialRun.sweep_id == sweep_id, TrialRun.status == RunStatus.OK.value)
             value = s.scalar(q)
             return float(value) if value is not None else None
 
@@ -248,9 +254,24 @@ class Store:
         """Distinct configurations launched with a verdict (ok or infeasible): what the budget counts."""
         with self._session() as s:
             q = select(func.count()).select_from(TrialRun).where(
-                TrialRun.sweep_id == sweep_id, TrialRun.status.in_(("ok", "infeasible")),
+                TrialRun.sweep_id == sweep_id, TrialRun.status.in_(LAUNCHED),
                 TrialRun.repeat_of.is_(None))
             return int(s.scalar(q) or 0)
+
+    # ---- learned failure rules ----------------------------------------------------------------
+    def replace_rules(self, sweep_id: int, rules: list[tuple[str, dict[str, Any]]]) -> None:
+        """Store the sweep's learned rules as (text, JSON form), replacing the previous set."""
+        with self._session() as s:
+            for old in s.scalars(select(LearnedRule).where(LearnedRule.sweep_id == sweep_id)):
+                s.delete(old)
+            s.add_all(LearnedRule(sweep_id=sweep_id, position=i, text=text, rule=rule)
+                      for i, (text, rule) in enumerate(rules))
+
+    def rules(self, sweep_id: int) -> list[tuple[str, dict[str, Any]]]:
+        """The sweep's learned rules as (text, JSON form), in the order they were learned."""
+        with self._session() as s:
+            q = select(LearnedRule).where(LearnedRule.sweep_id == sweep_id).order_by(LearnedRule.position)
+            return [(r.text, r.rule) for r in s.scalars(q)]
 
     def server_log(self, sweep_id: int, trial_number: int) -> str:
         """The full (redacted) server log of one run."""

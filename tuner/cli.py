@@ -149,6 +149,10 @@ def sweep(
     groups: Annotated[int | None, typer.Option(min=1, help="At most this many GPU groups.")] = None,
     sglang_python: Annotated[str | None, typer.Option(help="Python that has SGLang on the GPU nodes.")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    offline: Annotated[bool, typer.Option(help="Answer trials from the scenario's model: no Ray, no servers "
+                                                   "(simulated spaces only).")] = False,
+    sampler: Annotated[str | None, typer.Option(help="Search strategy: model (default), tpe, random, "
+                                                     "coordinate, gp.")] = None,
 ) -> None:
     """Launch, benchmark and rank SGLang configurations until the budget is spent (resumable)."""
     import signal
@@ -169,7 +173,8 @@ def sweep(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     opts = SweepOptions(space_path=str(space), db_path=str(db), study_name=study, budget=budget, confirm=confirm,
-                        address=address, gpus=gpus, max_groups=groups, sglang_python=sglang_python, seed=seed)
+                        address=address, gpus=gpus, max_groups=groups, sglang_python=sglang_python, seed=seed,
+                        offline=offline, sampler=sampler)
 
     def go() -> None:
         runner = Sweep(opts, lambda name, b, scale: SweepView(console, name, b, scale))

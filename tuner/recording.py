@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from db.store import RunRow, Store, SweepRow
 from tuner.export import launch_script
-from workers.types import Config, FailureKind, TrialResult
+from workers.types import Config, FailureKind, RunStatus, TrialResult
 
 INFEASIBLE_VALUE = 0.0
 SCALAR_METRICS = (("ttft_p50_ms", "ttft_ms"), ("tpot_p50_ms", "tpot_ms"), ("itl_p50_ms", "itl_ms"))
@@ -33,14 +33,14 @@ def artifact_store(db_path: str | Path) -> FileSystemArtifactStore:
     return FileSystemArtifactStore(str(base))
 
 
-def status_of(result: TrialResult) -> str:
+def status_of(result: TrialResult) -> RunStatus:
     """ok | infeasible | interrupted | failed (infrastructure)."""
     if result.ok:
-        return "ok"
+        return RunStatus.OK
     assert result.failure_kind is not None
     if result.failure_kind.config_caused:
-        return "infeasible"
-    return "interrupted" if result.failure_kind == FailureKind.INTERRUPTED else "failed"
+        return RunStatus.INFEASIBLE
+    return RunStatus.INTERRUPTED if result.failure_kind == FailureKind.INTERRUPTED else RunStatus.FAILED
 
 
 class Recorder:
@@ -69,8 +69,21 @@ class Recorder:
                              gpu_ids=tuple(prior.gpu_ids), started_at=now, finished_at=now,
                              failure_kind=FailureKind(prior.failure_kind) if prior.failure_kind else None,
                              failure_reason=prior.failure_reason)
-        self.store.record(self.sweep.id, result, config, status="cached", cached_from=prior.trial_number)
+        self.store.record(self.sweep.id, result, config, status=RunStatus.CACHED, cached_from=prior.trial_number)
         run = self.store.record_cached_metrics(self.sweep.id, trial.number, prior)
+        self._attach(trial, run, "")
+        self._tell(study, trial, run)
+        return run
+
+    def avoid(self, study: optuna.Study, trial: optuna.Trial, config: Config, reason: str,
+              kind: FailureKind) -> RunRow:
+        """A proposal a learned failure rule covers: recorded as ``avoided`` (no launch, no budget) and
+        told to Optuna as infeasible."""
+        now = time.time()
+        result = TrialResult(trial_number=trial.number, config_key=config.key(), argv=(), env=dict(config.env),
+                             sglang_version=self.sweep.sglang_version, node="", gpu_ids=(), started_at=now,
+                             finished_at=now, failure_kind=kind, failure_reason=reason)
+        run = self.store.record(self.sweep.id, result, config, status=RunStatus.AVOIDED)
         self._attach(trial, run, "")
         self._tell(study, trial, run)
         return run
@@ -113,9 +126,9 @@ class Recorder:
                                 mimetype="text/plain", encoding="utf-8")
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, run: RunRow) -> None:
-        if run.status in ("ok", "cached") and run.tok_s is not None:
+        if run.status in (RunStatus.OK, RunStatus.CACHED) and run.tok_s is not None:
             violation = 0.0
-        elif run.status in ("infeasible", "cached"):
+        elif run.status in (RunStatus.INFEASIBLE, RunStatus.CACHED, RunStatus.AVOIDED):
             violation = 1.0
         else:
             study.tell(trial, state=TrialState.FAIL)

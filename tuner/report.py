@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from db.store import RunRow
 from tuner.export import launch_script
 from tuner.results import SweepResults, load_results
-from tuner.study import open_study
+from tuner.study_db import open_study
 
 
 def _section(title: str, body: str) -> str:

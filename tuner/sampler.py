@@ -24,6 +24,10 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.errors import ConfigError
+from tuner.failure_rules import RuleBook
+from tuner.space import SearchSpace
+
 
 class ForbidAwareSampler(BaseSampler):
     """Wraps ``inner``; ``violates(params)`` says whether a (partial) assignment is forbidden."""
@@ -90,13 +94,40 @@ class ForbidAwareSampler(BaseSampler):
         self._inner.reseed_rng()
 
 
-def make_sampler(violates: Callable[[dict[str, Any]], bool], seed: int | None = None) -> BaseSampler:
-    """Forbid-aware TPE: multivariate over the parameters every trial has, constant liar for the
-    trials in flight, 8 random start-up trials. Conditional parameters are sampled independently:
-    on the demo space this found better configurations in 40 trials than ``group=True`` (see
-    docs/performance.md, benchmarks/sampler_efficiency.py)."""
+STRATEGIES = ("model", "tpe", "random", "coordinate", "gp")
+DEFAULT_STRATEGY = "model"
+
+
+def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int | None = None,
+                 strategy: str | None = None) -> BaseSampler:
+    """The sampler of a sweep over ``space``; ``learned`` failure rules are avoided like ``forbid`` rules.
+
+    ``model`` (default): :class:`tuner.model_sampler.PairwiseModelSampler`. ``tpe``: multivariate TPE
+    with constant liar (the earlier default). ``random``. ``coordinate``: one setting at a time from
+    the first values (:class:`tuner.coordinate.CoordinateSampler`, what SGLang's auto-benchmark does).
+    ``gp``: Optuna's GPSampler (needs torch). The comparison is in docs/performance.md.
+    """
+    name = strategy or DEFAULT_STRATEGY
+    def blocked(params: dict[str, Any]) -> bool:
+        return space.violates(params) or (learned is not None and learned.blocks(params))
+
+    if name == "model":
+        from tuner.model_sampler import PairwiseModelSampler
+
+        return PairwiseModelSampler(space, blocked, learned.suspects if learned else None, seed=seed)
+    if name == "coordinate":
+        from tuner.coordinate import CoordinateSampler
+
+        return CoordinateSampler(space, blocked)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        tpe = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                         n_startup_trials=8)
-    return ForbidAwareSampler(tpe, violates, seed=seed, multivariate=True)
+        if name == "tpe":
+            inner: BaseSampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                                            n_startup_trials=8)
+        elif name == "random":
+            inner = optuna.samplers.RandomSampler(seed=seed)
+        elif name == "gp":
+            inner = optuna.samplers.GPSampler(seed=seed, deterministic_objective=False)
+        else:
+            raise ConfigError(f"--sampler {name}: unknown (choose from {', '.join(STRATEGIES)})")
+    return ForbidAwareSampler(inner, blocked, seed=seed, multivariate=name == "tpe")

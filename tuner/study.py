@@ -1,19 +1,20 @@
-"""The sweep: an Optuna study (ask/tell, one writer) driving GPU-group actors through Ray.
+"""The sweep: an Optuna study (ask/tell, one writer) driving a launcher (:mod:`tuner.launchers`).
 
-Loop: while fewer than ``budget`` configurations have been launched, give every idle group a
-trial (``ask`` -> sample -> answered from the store if that configuration was already measured,
-else ``run_trial.remote``); ``ray.wait`` for results and record each as it comes
-(:mod:`tuner.recording`). Infrastructure failures are re-queued once. A RUNNING trial left by a
-dead driver is failed and re-queued at start. The first trial is the baseline. With ``confirm``,
-the best configurations are then measured once more and ranked by their median.
+Loop: while fewer than ``budget`` configurations have been launched, give every idle slot a trial
+(:meth:`Sweep._propose`: ask -> sample -> answered without a launch if the space forbids it, a
+learned failure rule covers it, or the store already measured it) and collect results as they come
+(:meth:`Sweep._complete`; recorded by :mod:`tuner.recording`, then the failure rules are derived
+again). Infrastructure failures are re-queued once. A RUNNING trial left by a dead driver is failed
+and re-queued at start. The first trial is the baseline. With ``confirm``, the best configurations
+are then measured once more and ranked by their median. The same loop runs real servers through
+Ray and, with ``--offline``, the scenario's model.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from db.store import Store, SweepRow, sqlite_url
-from tuner.cluster import Cluster, Group
-from tuner.errors import ClusterError, ConfigError, StudyError
+from db.store import Store, SweepRow
+from tuner.errors import ClusterError
+from tuner.failure_rules import RuleBook
+from tuner.launchers.base import Finished, Launcher, Slot
 from tuner.live import GroupView, SweepView
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
 from tuner.redact import scrub, secret_values
@@ -31,13 +33,16 @@ from tuner.results import SweepResults
 from tuner.sampler import make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace
 from tuner.space_loader import apply_hardware, check_flags, load_space
+from tuner.study_db import check_resumable, distinct_configurations, open_study
 from tuner.watchdog import start_watchdog, stop_watchdog
-from workers.types import Config, FailureKind, TrialResult, TrialSpec
+from workers.node import NodeInfo
+from workers.types import Config, FailureKind, RunStatus, TrialResult, TrialSpec
 
 STOP = threading.Event()  # set by the CLI's SIGINT/SIGTERM handler; checked by the loop
 MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
 CONFIRM_ROUNDS = 3  # --confirm: a confirmation that reorders the leaders brings the new ones in, this often
+WAIT_S = 0.5  # how long one wait for results blocks before the live view is refreshed
 
 
 @dataclass(frozen=True)
@@ -54,15 +59,17 @@ class SweepOptions:
     max_groups: int | None = None
     sglang_python: str | None = None
     seed: int | None = None
+    offline: bool = False
+    sampler: str | None = None
 
 
 @dataclass
 class Pending:
-    """A trial in flight on a group."""
+    """A trial in flight on a slot."""
 
     trial: optuna.Trial
     config: Config
-    group: Group
+    slot: Slot
     baseline: bool
     retry_of: int | None
     repeat_of: int | None
@@ -83,6 +90,36 @@ class Quota:
         return launched + pending < self.budget
 
 
+@dataclass
+class Flight:
+    """The loop's moving parts: trials in flight, idle slots, and asks answered without a launch."""
+
+    idle: list[Slot]
+    pending: dict[int, Pending] = field(default_factory=dict)  # by trial number
+    waiting_on: dict[str, list[tuple[optuna.Trial, Config]]] = field(default_factory=dict)  # config key
+    answered_in_a_row: int = 0
+    need_baseline: bool = False
+
+    def in_flight(self, key: str) -> bool:
+        """Is a configuration with this key running now?"""
+        return any(p.config.key() == key for p in self.pending.values())
+
+
+@dataclass
+class Context:
+    """What one sweep run works with."""
+
+    study: optuna.Study
+    sweep: SweepRow
+    space: SearchSpace
+    launcher: Launcher
+    node: NodeInfo
+    slots: list[Slot]
+    view: SweepView
+    rules: RuleBook
+    distinct: float
+
+
 class SweepInterrupted(Exception):
     """Ctrl-C / SIGTERM: every server was stopped, the trials in flight were re-queued."""
 
@@ -92,50 +129,21 @@ def request_stop() -> None:
     STOP.set()
 
 
-def open_study(db_path: str | Path, name: str, space: SearchSpace | None, seed: int | None = None,
-               create: bool = True) -> optuna.Study:
-    """The Optuna study of a sweep on the sweep database (StudyError if missing and not ``create``)."""
-    storage = optuna.storages.RDBStorage(sqlite_url(db_path), engine_kwargs={"connect_args": {"timeout": 30}})
-    sampler = make_sampler(space.violates, seed) if space is not None else None
-    if not create:
-        try:
-            return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-        except KeyError as exc:
-            raise StudyError(f"{db_path}: no study named {name!r}") from exc
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler,
-                                load_if_exists=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        study.set_metric_names(["tok/s@C16"])
-    return study
+LauncherFactory = Callable[[SearchSpace, "SweepOptions"], Launcher]
 
 
-def check_resumable(study: optuna.Study, space: SearchSpace, db_path: str | Path) -> None:
-    """ConfigError when a parameter of ``space`` is sampled differently from how the study's earlier
-    trials sampled it (Optuna cannot continue a study whose choices changed)."""
-    recorded: dict[str, optuna.distributions.BaseDistribution] = {}
-    for trial in study.get_trials(deepcopy=False):
-        for name, dist in trial.distributions.items():
-            recorded.setdefault(name, dist)
-    for param in space.params:
-        old, new = recorded.get(param.name), param.distribution()
-        if old is None:
-            continue
-        try:
-            optuna.distributions.check_distribution_compatibility(old, new)
-        except ValueError:
-            raise ConfigError(
-                f"{param.path}: now {_described(new)}, but study {study.study_name!r} in {db_path} sampled it "
-                f"from {_described(old)}; give the changed space its own --study name (or put the old values "
-                "back)") from None
+def default_launcher(space: SearchSpace, opts: SweepOptions) -> Launcher:
+    """The offline model with ``--offline``, else GPU groups on Ray."""
+    engine = space.engine(opts.sglang_python)
+    if opts.offline:
+        from tuner.launchers.offline import OfflineLauncher
 
+        return OfflineLauncher(engine, space.file.gpus_per_trial, gpus=opts.gpus, max_groups=opts.max_groups,
+                               seed=opts.seed)
+    from tuner.launchers.ray_groups import RayLauncher
 
-def _described(dist: optuna.distributions.BaseDistribution) -> str:
-    if isinstance(dist, optuna.distributions.CategoricalDistribution):
-        return f"choices [{', '.join(map(str, dist.choices))}]"
-    if isinstance(dist, optuna.distributions.IntDistribution | optuna.distributions.FloatDistribution):
-        return f"range {dist.low}..{dist.high}" + (" (log)" if dist.log else "")
-    return repr(dist)
+    return RayLauncher(engine, space.file.gpus_per_trial, address=opts.address, gpus=opts.gpus,
+                       max_groups=opts.max_groups)
 
 
 class Sweep:
@@ -144,254 +152,268 @@ class Sweep:
     store: Store
     recorder: Recorder
     _infra_failures = 0
-    _groups: list[Group] = []  # noqa: RUF012 - replaced per loop
 
-    def __init__(self, options: SweepOptions, view_factory: Any) -> None:
+    def __init__(self, options: SweepOptions, view_factory: Callable[[str, int, float], SweepView],
+                 launcher_factory: LauncherFactory = default_launcher) -> None:
         self.opts = options
         self.view_factory = view_factory
+        self.launcher_factory = launcher_factory
 
     # ---- setup ------------------------------------------------------------------------------
     def run(self) -> SweepRow:
         """Run to the budget; returns the sweep. Raises SweepInterrupted on Ctrl-C."""
         STOP.clear()
         space = load_space(self.opts.space_path)  # a bad file stops here: nothing written, nothing started
-        engine = space.engine(self.opts.sglang_python)
-        if engine.scenario:
+        if space.file.scenario:
             from workers.sim.scenario import load_scenario
 
-            load_scenario(engine.scenario)
-        cluster = Cluster(engine, space.file.gpus_per_trial, address=self.opts.address, gpus=self.opts.gpus,
-                          max_groups=self.opts.max_groups)
+            load_scenario(str(Path(space.path).parent / space.file.scenario))
+        launcher = self.launcher_factory(space, self.opts)
         watchdog = start_watchdog()
         try:
-            cluster.connect()
-            groups = cluster.start_groups()
-            node = groups[0].node
+            node, slots = launcher.start()
             check_flags(space, node.table)
             arch = space.file.gpu or (node.gpu.arch if node.gpu else None)
-            space = apply_hardware(space, arch)
-            self.store = Store(self.opts.db_path)
-            name = self.opts.study_name or space.name
-            study = open_study(self.opts.db_path, name, space, self.opts.seed)
-            check_resumable(study, space, self.opts.db_path)
-            gpu = node.gpu
-            sweep = self.store.ensure_sweep(
-                name, space_path=str(Path(self.opts.space_path).resolve()),
-                space_text=scrub(space.text, secret_values((), space.base.env, space.base.flags)),
-                engine=engine.kind, sglang_version=node.sglang_version,
-                gpu_name=gpu.name if gpu else "unknown", gpu_arch=arch, gpu_count=gpu.count if gpu else 0,
-                driver=gpu.driver if gpu else "unknown", hosts=sorted({g.node.host for g in groups}),
-                budget=self.opts.budget,
-                roofline_tok_s=space.file.roofline.tok_s if space.file.roofline else None,
-                time_scale=node.time_scale)
-            self.recorder = Recorder(self.store, sweep, artifact_store(self.opts.db_path))
-            view = self.view_factory(name, self.opts.budget, node.time_scale)
-            view.groups = [GroupView(f"{g.index} {g.node.host} gpu {','.join(g.gpu_ids)}") for g in groups]
-            with view:
-                view.log(f"study {name}: {len(groups)} group(s) of {space.file.gpus_per_trial} GPU(s), "
-                         f"SGLang {node.sglang_version} ({node.table.source}), GPU {arch or 'unknown'}")
-                for g in groups:
-                    view.log(f"group {g.index}: {g.node.host} (Ray node {g.ray_node[:12]}), GPUs "
-                             f"{','.join(g.gpu_ids)}")
-                for p in space.pruned:
-                    view.log(f"pruned {p.reason}")
-                self._recover(study, sweep)
-                done = self.store.count_launched(sweep.id)
-                if done >= self.opts.budget:
-                    view.log(f"study {name} already has {done} finished trials (--budget {self.opts.budget}): "
-                             "nothing to launch; raise --budget to run more")
-                self._loop(study, sweep, space, cluster, view, Quota(self.opts.budget))
+            ctx = self._context(apply_hardware(space, arch), launcher, node, slots, arch)
+            with ctx.view:
+                self._announce(ctx)
+                self._recover(ctx)
+                self._loop(ctx, Quota(self.opts.budget))
                 if self.opts.confirm:
-                    self._confirm(study, sweep, space, cluster, view)
-            return sweep
+                    self._confirm(ctx)
+            return ctx.sweep
         finally:
-            cluster.shutdown()
+            launcher.close()
             if hasattr(self, "store"):
                 self.store.close()
             stop_watchdog(watchdog)
 
-    def _recover(self, study: optuna.Study, sweep: SweepRow) -> None:
+    def _context(self, space: SearchSpace, launcher: Launcher, node: NodeInfo, slots: list[Slot],
+                 arch: str | None) -> Context:
+        """Open the store and the study, and derive the failure rules already recorded."""
+        self.store = Store(self.opts.db_path)
+        name = self.opts.study_name or space.name
+        gpu = node.gpu
+        sweep = self.store.ensure_sweep(
+            name, space_path=str(Path(self.opts.space_path).resolve()),
+            space_text=scrub(space.text, secret_values((), space.base.env, space.base.flags)),
+            engine=launcher.engine.kind, sglang_version=node.sglang_version,
+            gpu_name=gpu.name if gpu else "unknown", gpu_arch=arch, gpu_count=gpu.count if gpu else 0,
+            driver=gpu.driver if gpu else "unknown", hosts=sorted({s.host for s in slots}),
+            budget=self.opts.budget, roofline_tok_s=space.file.roofline.tok_s if space.file.roofline else None,
+            time_scale=node.time_scale)
+        rules = RuleBook(space)
+        sampler = make_sampler(space, rules, self.opts.seed, self.opts.sampler)
+        study = open_study(self.opts.db_path, name, sampler)
+        check_resumable(study, space, self.opts.db_path)
+        self.recorder = Recorder(self.store, sweep, artifact_store(self.opts.db_path))
+        rules.refresh(self.store.runs(sweep.id))
+        view = self.view_factory(name, self.opts.budget, node.time_scale)
+        view.groups = [GroupView(s.label) for s in slots]
+        return Context(study, sweep, space, launcher, node, slots, view, rules, distinct_configurations(space))
+
+    def _announce(self, ctx: Context) -> None:
+        view, node = ctx.view, ctx.node
+        view.log(f"study {ctx.sweep.study_name}: {len(ctx.slots)} group(s) of {ctx.space.file.gpus_per_trial} "
+                 f"GPU(s), SGLang {node.sglang_version} ({node.table.source}), GPU {ctx.sweep.gpu_arch or 'unknown'}"
+                 + (", offline (the scenario's model, no servers)" if self.opts.offline else ""))
+        for s in ctx.slots:
+            view.log(f"group {s.index}: {s.host} ({s.detail[:12]}), GPUs {','.join(s.gpu_ids)}")
+        for p in ctx.space.pruned:
+            view.log(f"pruned {p.reason}")
+        for rule in ctx.rules.rules:
+            view.log(f"learned before: {rule.describe(ctx.rules.domains)}")
+        done = self.store.count_launched(ctx.sweep.id)
+        if done >= self.opts.budget:
+            view.log(f"study {ctx.sweep.study_name} already has {done} finished trials (--budget "
+                     f"{self.opts.budget}): nothing to launch; raise --budget to run more")
+
+    def _recover(self, ctx: Context) -> None:
         """Fail and re-queue the trials a dead driver left RUNNING."""
+        study = ctx.study
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
+            study._storage.set_trial_user_attr(t._trial_id, "status", RunStatus.INTERRUPTED.value)
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            if self.store.run(sweep.id, t.number) is None:
+            if self.store.run(ctx.sweep.id, t.number) is None:
                 study.enqueue_trial(t.params, user_attrs={**_carried(t.user_attrs), "retry_of": t.number})
 
-    def _confirm(self, study: optuna.Study, sweep: SweepRow, space: SearchSpace, cluster: Cluster,
-                 view: SweepView) -> None:
+    def _confirm(self, ctx: Context) -> None:
         """Measure the ``confirm`` best configurations once more, until the ``confirm`` best by median
         have all been measured twice (a confirmation that drops its configuration down the ranking
         brings the new leader in), at most ``CONFIRM_ROUNDS`` rounds."""
         for done_rounds in range(CONFIRM_ROUNDS + 1):
-            results = SweepResults(sweep, self.store.runs(sweep.id))
+            results = SweepResults(ctx.sweep, self.store.runs(ctx.sweep.id))
             leaders = [r for r in results.ranked()[: self.opts.confirm]
-                       if r.status == "ok" and len(results.samples(r.config_key)) < 2]
+                       if r.status == RunStatus.OK and len(results.samples(r.config_key)) < 2]
             if not leaders:
                 return
             if done_rounds == CONFIRM_ROUNDS:
-                view.log(f"after {CONFIRM_ROUNDS} confirmation rounds the ranking still moves; "
-                         "the best may rest on one measurement")
+                ctx.view.log(f"after {CONFIRM_ROUNDS} confirmation rounds the ranking still moves; "
+                             "the best may rest on one measurement")
                 return
-            view.log(f"confirming {len(leaders)} of the {self.opts.confirm} best configuration(s) "
-                     "with a second measurement")
+            ctx.view.log(f"confirming {len(leaders)} of the {self.opts.confirm} best configuration(s) "
+                         "with a second measurement")
             for run in leaders:
-                study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number,
-                                                            "baseline": run.baseline})
-            self._loop(study, sweep, space, cluster, view, Quota(self.opts.budget, confirmations=len(leaders)))
+                ctx.study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number,
+                                                                "baseline": run.baseline})
+            self._loop(ctx, Quota(self.opts.budget, confirmations=len(leaders)))
 
     # ---- the loop ---------------------------------------------------------------------------
-    def _loop(self, study: optuna.Study, sweep: SweepRow, space: SearchSpace, cluster: Cluster,
-              view: SweepView, quota: Quota) -> None:
-        import ray
-
-        self._groups = cluster.groups
-        idle = list(cluster.groups)
-        pending: dict[Any, Pending] = {}
-        waiting_on: dict[str, list[tuple[optuna.Trial, Config]]] = {}
-        repeats = 0
-        distinct = distinct_configurations(space)
-        need_baseline = not any(r.baseline for r in self.store.runs(sweep.id)) and not any(
-            t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    def _loop(self, ctx: Context, quota: Quota) -> None:
+        """Launch until the quota is spent (or the space exhausted), collecting results as they come."""
+        flight = Flight(idle=list(ctx.slots), need_baseline=self._needs_baseline(ctx))
         try:
             while True:
                 if STOP.is_set():  # in case a library swallowed the KeyboardInterrupt
                     raise KeyboardInterrupt
-                launched = self.store.count_launched(sweep.id)
-                exhausted = quota.confirmations is None and (
-                    repeats >= MAX_CONSECUTIVE_REPEATS or launched >= distinct)
-                while idle and quota.open(launched, len(pending)) and not exhausted:
-                    trial = study.ask()
-                    baseline = bool(trial.user_attrs.get("baseline"))
-                    repeat_of = trial.user_attrs.get("repeat_of")
-                    if need_baseline and "retry_of" not in trial.user_attrs and repeat_of is None:
-                        trial.set_user_attr("baseline", True)
-                        baseline, need_baseline = True, False
-                    try:
-                        config = space.baseline() if baseline else space.sample(trial)
-                    except ForbiddenConfig as exc:
-                        trial.set_user_attr("status", "forbidden")
-                        trial.set_constraint("forbidden", 1.0)
-                        study.tell(trial, INFEASIBLE_VALUE)
-                        view.log(f"trial {trial.number}: {exc}")
-                        continue
-                    key = config.key()
-                    if repeat_of is None:
-                        prior = self.store.measured(sweep.id, key)
-                        if prior is not None:
-                            repeats += 1
-                            run = self.recorder.answer_from_store(study, trial, config, prior)
-                            view.finished(run, None, self.store.count_launched(sweep.id))
-                            exhausted = repeats >= MAX_CONSECUTIVE_REPEATS
-                            continue
-                        if any(p.config.key() == key for p in pending.values()):
-                            waiting_on.setdefault(key, []).append((trial, config))
-                            continue
-                    elif quota.confirmations is not None:
-                        quota.confirmations -= 1
-                    repeats = 0
-                    group = idle.pop(0)
-                    spec = TrialSpec(trial_number=trial.number, config=config, engine=cluster.engine,
-                                     bench=space.bench_config(None if repeat_of is not None
-                                                              else self.store.best_tok_s(sweep.id)),
-                                     gate=space.gate_config(), startup_timeout_s=space.file.startup_timeout_s,
-                                     log_dir=str(self._log_dir(sweep)))
-                    ref = group.actor.run_trial.remote(spec)
-                    pending[ref] = Pending(trial, config, group, baseline, trial.user_attrs.get("retry_of"),
-                                           repeat_of)
-                    view.started(group.index, trial.number, config.params)
-                if not pending:
-                    if exhausted and quota.confirmations is None and launched < quota.budget:
-                        view.log(f"search space exhausted after {launched} distinct configurations")
+                launched = self._fill(ctx, flight, quota)
+                if not flight.pending:
+                    if quota.confirmations is None and launched < quota.budget:
+                        ctx.view.log(f"search space exhausted after {launched} distinct configurations")
                     return
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
-                self._poll(cluster, view)
-                for ref in ready:
-                    p = pending.pop(ref)
-                    self._finish(study, sweep, p, self._result(ref, p, cluster), view)
-                    idle.append(cluster.groups[p.group.index])
-                    for trial, config in waiting_on.pop(p.config.key(), []):
-                        prior = self.store.measured(sweep.id, p.config.key())
-                        if prior is None:
-                            study.tell(trial, state=TrialState.FAIL)
-                            continue
-                        run = self.recorder.answer_from_store(study, trial, config, prior)
-                        view.finished(run, None, self.store.count_launched(sweep.id))
+                for done in ctx.launcher.wait(WAIT_S):
+                    self._complete(ctx, flight, done)
+                for index, phase in ctx.launcher.phases().items():
+                    ctx.view.set_phase(index, phase.trial_number, phase.phase, phase.since)
         except (KeyboardInterrupt, ClusterError) as exc:
-            why = "interrupted by the user" if isinstance(exc, KeyboardInterrupt) else "the sweep stopped"
-            view.log(f"{why}: stopping every server ...")
-            cluster.stop_all()
-            self._infra_failures = -len(pending)  # these interruptions are not more evidence
-            for ref, p in list(pending.items()):
-                try:
-                    result = ray.get(ref, timeout=60)
-                except Exception:
-                    result = self._synthetic(p, FailureKind.INTERRUPTED, why)
-                if result.failure_kind is None:
-                    result = self._synthetic(p, FailureKind.INTERRUPTED, why)
-                self._finish(study, sweep, p, result, view)
-            if isinstance(exc, ClusterError):
-                raise
-            raise SweepInterrupted from None
+            self._abort(ctx, flight, exc)
 
-    def _finish(self, study: optuna.Study, sweep: SweepRow, p: Pending, result: TrialResult,
-                view: SweepView) -> None:
-        run = self.recorder.finish(study, p.trial, p.config, result, baseline=p.baseline, repeat_of=p.repeat_of)
-        self._infra_failures = self._infra_failures + 1 if run.status == "failed" else 0
-        if run.status == "interrupted" or (run.status == "failed" and p.retry_of is None):
+    def _needs_baseline(self, ctx: Context) -> bool:
+        queued = ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        return not any(r.baseline for r in self.store.runs(ctx.sweep.id)) and not any(
+            t.user_attrs.get("baseline") for t in queued)
+
+    def _fill(self, ctx: Context, flight: Flight, quota: Quota) -> int:
+        """Give idle slots trials while the quota allows; returns the launches counted so far."""
+        while True:
+            launched = self.store.count_launched(ctx.sweep.id)
+            exhausted = quota.confirmations is None and (
+                flight.answered_in_a_row >= MAX_CONSECUTIVE_REPEATS or launched >= ctx.distinct)
+            if not flight.idle or not quota.open(launched, len(flight.pending)) or exhausted:
+                return launched
+            pending = self._propose(ctx, flight, quota)
+            if pending is not None:
+                self._launch(ctx, flight, pending)
+
+    def _propose(self, ctx: Context, flight: Flight, quota: Quota) -> Pending | None:
+        """Ask for a trial; None when it was answered without a launch (forbidden, learned, measured)."""
+        trial = ctx.study.ask()
+        baseline = bool(trial.user_attrs.get("baseline"))
+        repeat_of = trial.user_attrs.get("repeat_of")
+        if flight.need_baseline and "retry_of" not in trial.user_attrs and repeat_of is None:
+            trial.set_user_attr("baseline", True)
+            baseline, flight.need_baseline = True, False
+        try:
+            config = ctx.space.baseline() if baseline else ctx.space.sample(trial)
+        except ForbiddenConfig as exc:
+            trial.set_user_attr("status", "forbidden")
+            trial.set_constraint("forbidden", 1.0)
+            ctx.study.tell(trial, INFEASIBLE_VALUE)
+            ctx.view.log(f"trial {trial.number}: {exc}")
+            flight.answered_in_a_row += 1
+            return None
+        if repeat_of is None and self._answered(ctx, flight, trial, config):
+            flight.answered_in_a_row += 1
+            return None
+        if repeat_of is not None and quota.confirmations is not None:
+            quota.confirmations -= 1
+        flight.answered_in_a_row = 0
+        return Pending(trial, config, flight.idle.pop(0), baseline, trial.user_attrs.get("retry_of"), repeat_of)
+
+    def _answered(self, ctx: Context, flight: Flight, trial: optuna.Trial, config: Config) -> bool:
+        """Answer a proposal without a launch when a learned rule covers it, the store measured it, or
+        the same configuration is in flight (then it is answered when that one ends)."""
+        rule = ctx.rules.blocking(config.params)
+        if rule is not None:
+            run = self.recorder.avoid(ctx.study, trial, config, f"learned: {rule.describe(ctx.rules.domains)}",
+                                      FailureKind(rule.kind))
+            ctx.view.finished(run, None, self.store.count_launched(ctx.sweep.id))
+            return True
+        key = config.key()
+        prior = self.store.measured(ctx.sweep.id, key)
+        if prior is not None:
+            run = self.recorder.answer_from_store(ctx.study, trial, config, prior)
+            ctx.view.finished(run, None, self.store.count_launched(ctx.sweep.id))
+            return True
+        if flight.in_flight(key):
+            flight.waiting_on.setdefault(key, []).append((trial, config))
+            return True
+        return False
+
+    def _launch(self, ctx: Context, flight: Flight, p: Pending) -> None:
+        space = ctx.space
+        best = None if p.repeat_of is not None else self.store.best_tok_s(ctx.sweep.id)
+        spec = TrialSpec(trial_number=p.trial.number, config=p.config, engine=ctx.launcher.engine,
+                         bench=space.bench_config(best), gate=space.gate_config(),
+                         startup_timeout_s=space.file.startup_timeout_s, log_dir=str(self._log_dir(ctx.sweep)))
+        ctx.launcher.submit(p.slot.index, spec)
+        flight.pending[p.trial.number] = p
+        ctx.view.started(p.slot.index, p.trial.number, p.config.params)
+
+    def _complete(self, ctx: Context, flight: Flight, done: Finished) -> None:
+        """Record a result, free its slot, answer the proposals that waited for its configuration."""
+        p = flight.pending.pop(done.result.trial_number)
+        flight.idle.append(ctx.slots[done.slot])
+        self._finish(ctx, p, done.result)
+        key = p.config.key()
+        for trial, config in flight.waiting_on.pop(key, []):
+            prior = self.store.measured(ctx.sweep.id, key)
+            if prior is None:
+                ctx.study.tell(trial, state=TrialState.FAIL)
+                continue
+            run = self.recorder.answer_from_store(ctx.study, trial, config, prior)
+            ctx.view.finished(run, None, self.store.count_launched(ctx.sweep.id))
+
+    def _finish(self, ctx: Context, p: Pending, result: TrialResult) -> None:
+        run = self.recorder.finish(ctx.study, p.trial, p.config, result, baseline=p.baseline,
+                                   repeat_of=p.repeat_of)
+        self._infra_failures = self._infra_failures + 1 if run.status == RunStatus.FAILED else 0
+        if run.status == RunStatus.INTERRUPTED or (run.status == RunStatus.FAILED and p.retry_of is None):
             attrs = {"retry_of": p.trial.number, "baseline": p.baseline}
             if p.repeat_of is not None:
                 attrs["repeat_of"] = p.repeat_of
-            study.enqueue_trial(p.trial.params, user_attrs=attrs)
-        view.finished(run, result.finished_at - result.started_at, self.store.count_launched(sweep.id))
-        if self._infra_failures >= MAX_CONSECUTIVE_INFRA_FAILURES * max(len(self._groups), 1):
+            ctx.study.enqueue_trial(p.trial.params, user_attrs=attrs)
+        ctx.view.finished(run, result.finished_at - result.started_at, self.store.count_launched(ctx.sweep.id))
+        if run.status in (RunStatus.OK, RunStatus.INFEASIBLE):
+            for rule in ctx.rules.refresh(self.store.runs(ctx.sweep.id)):
+                ctx.view.log(f"learned: {rule.describe(ctx.rules.domains)}")
+            self.store.replace_rules(ctx.sweep.id, ctx.rules.records())
+        if self._infra_failures >= MAX_CONSECUTIVE_INFRA_FAILURES * max(len(ctx.slots), 1):
             raise ClusterError(f"{self._infra_failures} trials in a row failed for reasons of the nodes, not of "
                                f"their configurations; last: {run.failure_reason}")
+
+    def _abort(self, ctx: Context, flight: Flight, exc: BaseException) -> None:
+        """Stop every server, record the trials in flight as interrupted, and re-raise."""
+        why = "interrupted by the user" if isinstance(exc, KeyboardInterrupt) else "the sweep stopped"
+        ctx.view.log(f"{why}: stopping every server ...")
+        ctx.launcher.stop_all()
+        self._infra_failures = -len(flight.pending)  # these interruptions are not more evidence
+        deadline = time.monotonic() + 60
+        while flight.pending and time.monotonic() < deadline:
+            for done in ctx.launcher.wait(min(5.0, max(deadline - time.monotonic(), 0.1))):
+                p = flight.pending.pop(done.result.trial_number)
+                result = done.result
+                if result.failure_kind is None:
+                    result = _interrupted(p, ctx.node, why)
+                self._finish(ctx, p, result)
+        for p in list(flight.pending.values()):
+            self._finish(ctx, p, _interrupted(p, ctx.node, why))
+        flight.pending.clear()
+        if isinstance(exc, ClusterError):
+            raise exc
+        raise SweepInterrupted from None
 
     def _log_dir(self, sweep: SweepRow) -> Path:
         path = Path(self.opts.db_path).resolve()
         return path.with_name(path.stem + "-runs") / sweep.study_name
 
-    def _poll(self, cluster: Cluster, view: SweepView) -> None:
-        import ray
 
-        try:
-            phases = ray.get([g.actor.status.remote() for g in cluster.groups], timeout=2)
-        except Exception:
-            return
-        for g, ph in zip(cluster.groups, phases, strict=True):
-            if ph.trial_number is not None:
-                view.set_phase(g.index, ph.trial_number, ph.phase, ph.since)
-
-    def _synthetic(self, p: Pending, kind: FailureKind, reason: str) -> TrialResult:
-        return TrialResult(trial_number=p.trial.number, config_key=p.config.key(), argv=(),
-                           env=dict(p.config.env), sglang_version=p.group.node.sglang_version,
-                           node=p.group.node.host, gpu_ids=p.group.gpu_ids, started_at=p.sent_at,
-                           finished_at=time.time(), failure_kind=kind, failure_reason=reason)
-
-    def _result(self, ref: Any, p: Pending, cluster: Cluster) -> TrialResult:
-        import ray
-
-        try:
-            result: TrialResult = ray.get(ref)
-            return result
-        except ray.exceptions.RayError as exc:
-            lines = str(exc).strip().splitlines()
-            result = self._synthetic(p, FailureKind.INFRASTRUCTURE,
-                                     f"GPU-group actor lost: {lines[-1] if lines else type(exc).__name__}")
-            try:
-                cluster.replace(p.group)
-            except Exception:
-                cluster.groups[p.group.index] = p.group
-            return result
-
-
-def distinct_configurations(space: SearchSpace, limit: int = 50_000) -> float:
-    """How many different servers the space (and its baseline) can launch; ``inf`` when too many to list."""
-    if math.isinf(space.cardinality()) or space.cardinality() > limit:
-        return math.inf
-    keys = {space.from_params(params).key() for params in space.iter_configs()}
-    return len(keys | {space.baseline().key()})
+def _interrupted(p: Pending, node: NodeInfo, why: str) -> TrialResult:
+    """The result of a trial that was stopped before it could report one."""
+    return TrialResult(trial_number=p.trial.number, config_key=p.config.key(), argv=(), env=dict(p.config.env),
+                       sglang_version=node.sglang_version, node=p.slot.host, gpu_ids=p.slot.gpu_ids,
+                       started_at=p.sent_at, finished_at=time.time(), failure_kind=FailureKind.INTERRUPTED,
+                       failure_reason=why)
 
 
 def _carried(attrs: dict[str, Any]) -> dict[str, Any]:

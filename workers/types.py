@@ -31,6 +31,22 @@ class FailureKind(StrEnum):
         return self not in (FailureKind.INTERRUPTED, FailureKind.INFRASTRUCTURE)
 
 
+class RunStatus(StrEnum):
+    """What became of one trial of a sweep (the ``status`` of its record)."""
+
+    OK = "ok"  # launched and measured
+    INFEASIBLE = "infeasible"  # launched; the configuration failed (a FailureKind that is config_caused)
+    FAILED = "failed"  # launched; the infrastructure failed (re-queued once)
+    INTERRUPTED = "interrupted"  # stopped by the user or the driver (re-queued)
+    CACHED = "cached"  # not launched: the same configuration was measured before
+    AVOIDED = "avoided"  # not launched: a failure rule learned in this sweep covers it
+
+    @property
+    def launched(self) -> bool:
+        """True when the run started a server and got a verdict (what the budget counts)."""
+        return self in (RunStatus.OK, RunStatus.INFEASIBLE)
+
+
 @dataclass(frozen=True)
 class Config:
     """One point of a search space: sampled params, and the SGLang settings (dest names) + env they set."""

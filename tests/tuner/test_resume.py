@@ -9,7 +9,7 @@ import pytest
 from tuner.errors import ConfigError
 from tuner.flags import FlagTable
 from tuner.space_loader import load_space
-from tuner.study import check_resumable, open_study
+from tuner.study_db import check_resumable, open_study
 
 SPACE = """
 name: resume

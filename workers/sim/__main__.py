@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import sys
 import time
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     options = options_by_dest(namespace)
     if not options.get("model_path"):
         parser.error("the following arguments are required: --model-path/--model")
-    outcome = evaluate(scenario, options, dict(os.environ))
+    outcome = evaluate(scenario, options, dict(os.environ), launch_seed=random.SystemRandom().getrandbits(48))
     shown = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(namespace).items()) if v not in (None, False))
     log(f"server_args=ServerArgs({shown})")
     log(f"Simulated engine: scenario {scenario.name!r}, time_scale {scenario.time_scale:g}: modelled "

@@ -1,8 +1,10 @@
-"""The scenario as a function, no server: configuration -> modelled tok/s@C16 or failure.
+"""The scenario as a function, no server: configuration -> what one trial of it would report.
 
-Used to benchmark the sampler on thousands of trials (``benchmarks/sampler_efficiency.py``). The
+Used by the offline launcher (``tuner sweep --offline``) and the sampler benchmark. The
 configuration goes through the same path as a launch (rendered to SGLang options, parsed by the
 simulated server's parser), so defaults and renamed flags match exactly what the server would see.
+A failure is reported as the simulated server would make the trial report it: the same log lines
+(:func:`workers.sim.__main__.die`), classified by the same :func:`workers.failures.classify`.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from pathlib import Path
 
 from tuner.flags import FlagTable
 from tuner.render import render_args
+from workers.failures import classify, reason_line
 from workers.sim.args import build_parser, options_by_dest
-from workers.sim.scenario import Outcome, Scenario, evaluate, load_scenario
-from workers.types import Config
+from workers.sim.scenario import FailureRule, Outcome, Scenario, evaluate, load_scenario
+from workers.types import BenchConfig, Config, FailureKind
+
+READY_PROBE_S = 0.2  # the readiness poll interval: what startup_s reads above the modelled time
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,19 @@ class Verdict:
     outcome: Outcome
 
 
+@dataclass(frozen=True)
+class OfflineTrial:
+    """One modelled trial, in the units a launch of the simulated server would measure (time-scaled)."""
+
+    outcome: Outcome
+    tok_s: float | None
+    startup_s: float | None
+    duration_s: float  # how long the trial would hold its GPUs
+    failure_kind: FailureKind | None = None
+    failure_reason: str = ""
+    log: str = ""
+
+
 class OfflineModel:
     """Evaluate configurations against a scenario without starting anything."""
 
@@ -34,15 +52,64 @@ class OfflineModel:
         self.table = FlagTable.bundled(self.scenario.sglang_version)
         self.parser = build_parser(self.scenario.sglang_version)
 
-    def outcome(self, config: Config) -> Outcome:
-        """The modelled outcome of one configuration."""
+    def outcome(self, config: Config, launch_seed: int | None = None) -> Outcome:
+        """The modelled outcome of one configuration (of one launch of it, with ``launch_seed``)."""
         argv = render_args(config.flags, self.table)
         options = options_by_dest(self.parser.parse_args(argv))
-        return evaluate(self.scenario, options, dict(config.env))
+        return evaluate(self.scenario, options, dict(config.env), launch_seed)
 
     def verdict(self, config: Config, concurrency: int = 16, output_len: int = 256) -> Verdict:
-        """Modelled closed-loop tok/s (as the benchmark measures it), or the failure phase."""
+        """Modelled closed-loop tok/s (as the benchmark measures it, no run noise), or the failure phase."""
         outcome = self.outcome(config)
         if outcome.failure is not None:
             return Verdict(None, outcome.failure.at, outcome)
         return Verdict(outcome.expected_tok_s(concurrency, output_len, self.scenario.saturation_c), None, outcome)
+
+    def trial(self, config: Config, bench: BenchConfig, startup_timeout_s: float, launch_seed: int) -> OfflineTrial:
+        """What one launch of ``config`` would report (see module docstring)."""
+        scale = self.scenario.time_scale
+        outcome = self.outcome(config, launch_seed)
+        startup = outcome.startup_s / scale + READY_PROBE_S
+        window = bench.warmup_s + bench.duration_s * bench.repeats
+        rule = outcome.failure
+        if rule is None:
+            tok_s = outcome.expected_tok_s(bench.concurrency, bench.output_len, self.scenario.saturation_c) * scale
+            return OfflineTrial(outcome, tok_s, startup, startup + window)
+        if rule.at == "hang" and rule.after_requests == 0 or startup > startup_timeout_s:
+            return OfflineTrial(outcome, None, None, startup_timeout_s, FailureKind.STARTUP_TIMEOUT,
+                                f"server not ready after {startup_timeout_s:g} s (last log line: "
+                                "Scheduler watchdog: no progress)")
+        if rule.at == "output":
+            return OfflineTrial(outcome, None, startup, startup + 0.5, FailureKind.GATE_FAILED,
+                                "correctness gate failed: expected answer not found (garbage output)")
+        if rule.at == "hang":
+            return OfflineTrial(outcome, None, startup, startup + bench.request_timeout_s,
+                                FailureKind.BENCHMARK_FAILED, f"requests timed out after {bench.request_timeout_s:g} s")
+        return self._died(outcome, rule, startup, window)
+
+    def _died(self, outcome: Outcome, rule: FailureRule, startup: float, window: float) -> OfflineTrial:
+        """The server exits: at startup, in warm-up, or during the benchmark."""
+        code = rule.exit_code if rule.exit_code is not None else (1 if rule.at == "startup" else 137)
+        log = "\n".join(dying_log(rule, code))
+        kind, line = classify(code, log), reason_line(log)
+        if rule.at == "runtime":
+            return OfflineTrial(outcome, None, startup, startup + window / 2, kind,
+                                f"server died during the benchmark (exit {code}): {line}", log)
+        held = 0.3 * startup if rule.at == "startup" else startup
+        return OfflineTrial(outcome, None, None, held, kind,
+                            f"server exited with code {code} during startup: {line}", log)
+
+
+def dying_log(rule: FailureRule, code: int) -> list[str]:
+    """The lines the simulated server prints when ``rule`` kills it with exit ``code``."""
+    if rule.at == "warmup":
+        lines = ["Initialization failed. warmup error: Traceback (most recent call last):"]
+    else:
+        lines = []
+    if code == 137:
+        return [*lines, "Scheduler hit an exception: Traceback (most recent call last):",
+                '  File "sglang/srt/managers/scheduler.py", line 3120, in run_scheduler_process',
+                *(rule.log or "RuntimeError: simulated failure").splitlines(),
+                "Received sigquit from a child process. It usually means the child failed."]
+    return [*lines, "Traceback (most recent call last):", '  File "sglang/launch_server.py", line 32, in <module>',
+            *(rule.log or "ValueError: simulated configuration error").splitlines()]

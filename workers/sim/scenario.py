@@ -76,10 +76,28 @@ class FailureRule(_Strict):
 
 
 class Noise(_Strict):
-    """Multiplicative log-normal noise on throughput, fixed per (seed, configuration)."""
+    """Noise on throughput. ``cv``: log-normal, fixed per (seed, configuration) - part of what the
+    configuration *is*. ``run_cv``: log-normal per launch (run-to-run measurement noise).
+    ``outlier_rate``: the chance that one launch reads ``outlier_factor`` x low (a noisy neighbour)."""
 
     cv: Annotated[float, Field(ge=0)] = 0.0
     seed: int = 0
+    run_cv: Annotated[float, Field(ge=0)] = 0.0
+    outlier_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+    outlier_factor: Annotated[float, Field(gt=0, le=1)] = 0.7
+
+    def launch_factor(self, launch_seed: int | None) -> float:
+        """The multiplicative noise of one launch (1.0 without ``launch_seed`` or run noise)."""
+        if launch_seed is None or (self.run_cv == 0 and self.outlier_rate == 0):
+            return 1.0
+        rng = random.Random(f"{self.seed}:launch:{launch_seed}")
+        factor = 1.0
+        if self.run_cv > 0:
+            sigma = math.sqrt(math.log(1 + self.run_cv ** 2))
+            factor = rng.lognormvariate(-sigma * sigma / 2, sigma)
+        if rng.random() < self.outlier_rate:
+            factor *= self.outlier_factor
+        return factor
 
 
 class Response(_Strict):
@@ -209,8 +227,10 @@ def _adjust(current: float, how: Adjust | None) -> float:
     return current * float(text)
 
 
-def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str]) -> Outcome:
-    """The modelled outcome of a configuration, from parsed options (dest names, defaults filled)."""
+def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
+             launch_seed: int | None = None) -> Outcome:
+    """The modelled outcome of a configuration, from parsed options (dest names, defaults filled);
+    with ``launch_seed``, one launch of it (run-to-run noise included)."""
     tok_s, ttft, startup, accept = (scenario.base.tok_s_c16, scenario.base.ttft_ms,
                                     scenario.base.startup_s, scenario.base.accept_len)
     for effect in scenario.effects:
@@ -228,5 +248,6 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str]) -
         seed = int(hashlib.sha256(f"{scenario.noise.seed}:{ident}".encode()).hexdigest()[:12], 16)
         sigma = math.sqrt(math.log(1 + scenario.noise.cv ** 2))
         noise = random.Random(seed).lognormvariate(-sigma * sigma / 2, sigma)
+    noise *= scenario.noise.launch_factor(launch_seed)
     return Outcome(tok_s_c16=max(tok_s, 1e-6), ttft_ms=max(ttft, 0.0), startup_s=max(startup, 0.0),
                    accept_len=max(accept, 1.0), failure=failure, noise_factor=noise)

@@ -1,0 +1,254 @@
+"""Failures learned: which settings cause a failure, worked out from the sweep's own launches.
+
+A :class:`Rule` is a conjunction of ``parameter in {values}`` that every failure it explains has and
+no successful configuration has. Rules are derived again from all launches after each one (so a
+resumed sweep derives the same rules, and a rule that a success contradicts is gone), per failure
+*signature* (kind plus the reason line with its numbers blanked):
+
+1. **Named by the log.** The parameters whose setting the reason line names (an option, a dest name,
+   a value such as ``mxfp4``) form the rule's core; if a success has that core, the smallest set of
+   the failing configuration's other settings that makes it consistent is added.
+2. **By contrast.** Otherwise, the smallest set of setting=value pairs present in every failure of
+   the signature and in no success (up to :data:`MAX_RULE_SIZE` pairs); ties are joined, never
+   guessed, and when the joined set grows past that size no rule is drawn until more launches tell.
+
+A rule is *confirmed* when the log named it or two different failing configurations support it;
+confirmed rules stop a proposal before it is launched, the others only steer the sampler. Rules of
+one signature that differ in a single parameter merge (``ep_size in {2, 4}``), shown as ``!= 8``
+when they cover every other value of it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.space import SearchSpace
+
+MAX_RULE_SIZE = 3
+Pair = tuple[str, Any]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One launch as the learner sees it: its parameters and, if it failed, kind and reason."""
+
+    trial_number: int
+    params: dict[str, Any]
+    failure_kind: str | None = None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the launch produced a measurement."""
+        return self.failure_kind is None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``params`` (name -> the values that fail) together cause ``kind`` (see module docstring)."""
+
+    params: tuple[tuple[str, tuple[Any, ...]], ...]
+    kind: str
+    signature: str
+    trials: tuple[int, ...]
+    named: bool
+    confirmed: bool
+
+    def matches(self, params: dict[str, Any]) -> bool:
+        """True when ``params`` has every setting of the rule."""
+        return all(name in params and params[name] in values for name, values in self.params)
+
+    def describe(self, domains: dict[str, list[Any]] | None = None) -> str:
+        """``moe_a2a_backend=deepep with ep_size != 8 -> config_error, from trials 3, 9``."""
+        parts = [_condition(name, values, (domains or {}).get(name)) for name, values in self.params]
+        how = "named by the log" if self.named else "by contrast with the successes"
+        state = "" if self.confirmed else "suspected, "
+        return (f"{' with '.join(parts)} -> {self.kind}, from trial{'s' if len(self.trials) > 1 else ''} "
+                f"{', '.join(map(str, self.trials))} ({state}{how})")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (stored with the sweep)."""
+        return {"params": [[n, list(v)] for n, v in self.params], "kind": self.kind, "signature": self.signature,
+                "trials": list(self.trials), "named": self.named, "confirmed": self.confirmed}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rule:
+        """Inverse of :meth:`as_dict`."""
+        return cls(params=tuple((n, tuple(v)) for n, v in data["params"]), kind=data["kind"],
+                   signature=data["signature"], trials=tuple(data["trials"]), named=data["named"],
+                   confirmed=data["confirmed"])
+
+
+def _condition(name: str, values: tuple[Any, ...], domain: list[Any] | None) -> str:
+    if len(values) == 1:
+        return f"{name}={values[0]}"
+    rest = [v for v in domain or [] if v not in values]
+    if domain and len(rest) == 1:
+        return f"{name} != {rest[0]}"
+    return f"{name} in {{{', '.join(map(str, values))}}}"
+
+
+def signature(kind: str, reason: str) -> str:
+    """The failure's identity across configurations: its kind and reason with numbers blanked."""
+    return f"{kind}: " + re.sub(r"\d+(\.\d+)?", "#", reason)[:200]
+
+
+def _tokens(text: str) -> set[str]:
+    return {t.lower() for t in re.findall(r"[A-Za-z0-9_./-]+", text)} | {
+        t.lower() for t in re.findall(r"[A-Za-z0-9]+", text)}
+
+
+class Learner:
+    """Derives rules for one search space (its parameters' settings tell what a log line names)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self.domains: dict[str, list[Any]] = {p.name: p.values() or [] for p in space.params}
+        self._params = {p.name: p for p in space.params}
+
+    def _names(self, name: str, value: Any) -> set[str]:
+        """The words that, in a log line, name the setting ``name=value``."""
+        param = self._params.get(name)
+        words = {name.lower(), name.rsplit(".", 1)[-1].lower()}
+        settings: dict[str, Any] = {}
+        if param is not None and param.target is None and value in param.options:
+            option = param.options[value]
+            settings = {**option.flags, **option.env}
+            words.add(str(value).lower())
+        elif param is not None and param.target is not None:
+            settings = {param.target[1]: value}
+        for dest, set_value in settings.items():
+            words |= {dest.lower(), dest.replace("_", "-").lower(), "--" + dest.replace("_", "-").lower()}
+            if isinstance(set_value, str) and len(set_value) >= 3 and not set_value.isdigit():
+                words.add(set_value.lower())
+        if isinstance(value, str) and len(value) >= 3:
+            words.add(value.lower())
+        return {w for w in words if len(w) >= 3}
+
+    def named_pairs(self, obs: Observation) -> list[Pair]:
+        """The failing configuration's settings that its reason line names."""
+        tokens = _tokens(obs.reason)
+        return [(n, v) for n, v in sorted(obs.params.items()) if self._names(n, v) & tokens]
+
+    def learn(self, observations: Iterable[Observation]) -> list[Rule]:
+        """Every rule the launches support (see module docstring), in order of first evidence."""
+        launches = list(observations)
+        successes = [frozenset(_pairs(o.params)) for o in launches if o.ok]
+        groups: dict[str, list[Observation]] = {}
+        for o in launches:
+            if not o.ok and o.params:
+                groups.setdefault(signature(o.failure_kind or "", o.reason), []).append(o)
+        rules: list[Rule] = []
+        for sig, failures in groups.items():
+            rules.extend(_merge(self._rules_for(sig, failures, successes)))
+        return rules
+
+    def _rules_for(self, sig: str, failures: list[Observation], successes: list[frozenset[Pair]]) -> list[Rule]:
+        kind = failures[0].failure_kind or ""
+        distinct = {frozenset(_pairs(f.params)): f for f in failures}
+        together = _minimal_cause(frozenset.intersection(*distinct), successes)
+        if together is not None and len(distinct) > 1:
+            named = any(set(together) & set(self.named_pairs(f)) for f in failures)
+            return [_rule(together, kind, sig, [f.trial_number for f in failures], named, True)]
+        rules = []
+        for pairs, f in distinct.items():
+            core = frozenset(self.named_pairs(f))
+            cause = _minimal_cause(pairs, successes, core) if core else None
+            named = cause is not None
+            cause = cause if cause is not None else _minimal_cause(pairs, successes)
+            if cause is not None:
+                trials = [g.trial_number for g in failures if frozenset(_pairs(g.params)) >= cause]
+                rules.append(_rule(cause, kind, sig, trials, named, named or len(trials) > 1))
+        return rules
+
+
+def _pairs(params: dict[str, Any]) -> list[Pair]:
+    return [(n, v) for n, v in params.items() if isinstance(v, str | int | float | bool)]
+
+
+def _minimal_cause(pairs: frozenset[Pair], successes: Sequence[frozenset[Pair]],
+                   core: frozenset[Pair] = frozenset()) -> frozenset[Pair] | None:
+    """The smallest superset of ``core`` within ``pairs`` that no success contains; ties are joined."""
+    rest = sorted(pairs - core, key=repr)
+    for extra in range(0, MAX_RULE_SIZE + 1 - len(core) if core else MAX_RULE_SIZE + 1):
+        if not core and extra == 0:
+            continue
+        found = [core | set(c) for c in itertools.combinations(rest, extra)
+                 if not any(s >= core | set(c) for s in successes)]
+        if found:
+            joined: frozenset[Pair] = frozenset().union(*found)
+            return joined if len(joined) <= MAX_RULE_SIZE else None  # too many suspects: wait for evidence
+    return None
+
+
+def _rule(cause: frozenset[Pair], kind: str, sig: str, trials: list[int], named: bool, confirmed: bool) -> Rule:
+    return Rule(params=tuple((n, (v,)) for n, v in sorted(cause, key=repr)), kind=kind, signature=sig,
+                trials=tuple(sorted(set(trials))), named=named, confirmed=confirmed)
+
+
+def _merge(rules: list[Rule]) -> list[Rule]:
+    """Join rules of one signature whose settings differ in one parameter's values."""
+    out: list[Rule] = []
+    for rule in sorted(set(rules), key=lambda r: (r.trials, repr(r.params))):
+        for i, other in enumerate(out):
+            joined = _joined(other, rule)
+            if joined is not None:
+                out[i] = joined
+                break
+        else:
+            out.append(rule)
+    return out
+
+
+def _joined(a: Rule, b: Rule) -> Rule | None:
+    if [n for n, _ in a.params] != [n for n, _ in b.params]:
+        return None
+    differ = [i for i, (x, y) in enumerate(zip(a.params, b.params, strict=True)) if x[1] != y[1]]
+    if len(differ) > 1:
+        return None
+    params = list(a.params)
+    if differ:
+        i = differ[0]
+        name, values = a.params[i]
+        params[i] = (name, tuple(sorted(set(values) | set(b.params[i][1]), key=repr)))
+    return Rule(params=tuple(params), kind=a.kind, signature=a.signature,
+                trials=tuple(sorted(set(a.trials) | set(b.trials))), named=a.named or b.named,
+                confirmed=a.confirmed or b.confirmed or bool(differ))
+
+
+class RuleBook:
+    """The rules of one running sweep: derived again from its runs after each launch."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.learner = Learner(space)
+        self.domains = self.learner.domains
+        self.rules: list[Rule] = []
+
+    def refresh(self, runs: Iterable[Any]) -> list[Rule]:
+        """Derive the rules from the sweep's launched runs (``RunRow``-like); returns the new ones."""
+        observations = [Observation(r.trial_number, dict(r.params), None if r.tok_s is not None else r.failure_kind,
+                                    r.failure_reason)
+                        for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)]
+        before = {(r.params, r.kind) for r in self.rules}
+        self.rules = self.learner.learn(observations)
+        return [r for r in self.rules if (r.params, r.kind) not in before and r.confirmed]
+
+    def blocking(self, params: dict[str, Any]) -> Rule | None:
+        """The confirmed rule that covers ``params``, if any: such a proposal is not launched."""
+        return next((r for r in self.rules if r.confirmed and r.matches(params)), None)
+
+    def blocks(self, params: dict[str, Any]) -> bool:
+        """Does a confirmed rule cover ``params``?"""
+        return self.blocking(params) is not None
+
+    def suspects(self, params: dict[str, Any]) -> bool:
+        """Does an unconfirmed rule cover ``params`` (the sampler tries such configurations last)?"""
+        return any(not r.confirmed and r.matches(params) for r in self.rules)
+
+    def records(self) -> list[tuple[str, dict[str, Any]]]:
+        """(text, JSON form) of every rule, for the store."""
+        return [(r.describe(self.domains), r.as_dict()) for r in self.rules]

@@ -1,0 +1,266 @@
+"""A model-based sampler for launch configurations: a Gaussian process over settings with pairwise
+interactions, expected improvement over every configuration of the space.
+
+Why not TPE: TPE models each setting apart (or jointly, but only over the settings every trial
+shares), so a gain that needs two settings together, or a setting that is good alone and bad with
+another, is found late or not at all. Here the model is log tok/s = sum of per-setting effects +
+sum of pairwise effects + noise, as a GP whose kernel is ``a*s + b*s^2`` of the settings'
+similarity ``s`` (the share of parameters set alike; ordered values partly alike by their distance).
+Its hyperparameters are fitted by marginal likelihood on a small grid after every result.
+
+Each proposal is the configuration with the highest expected improvement among the candidates (the
+whole space when it can be listed, else a random pool plus every one- and two-setting move from the
+best configurations), skipping configurations already measured, in flight (told to the model as
+their predicted value, so parallel proposals differ), forbidden, or covered by a confirmed failure
+rule; a candidate close to known failures, or covered by a suspected rule, is discounted.
+The first proposals are a spread-out random design.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.space import Param, SearchSpace
+
+LISTED_CANDIDATES = 60_000  # list the whole space up to this size; else a random pool
+POOL = 4000
+INIT_DESIGN = 6
+SUSPECT_DISCOUNT = 0.2
+ORDINAL_DECAY = 0.5  # similarity of neighbouring values of an ordered parameter
+LENGTHS = (0.25, 0.5, 0.75)  # share of the prior variance on the linear (vs pairwise) term
+NOISES = (1e-3, 1e-2, 5e-2)  # noise variance, as a share of the prior variance
+Params = dict[str, Any]
+
+
+class Encoding:
+    """Configurations as integer rows (value index per parameter, 0 = inactive) and their similarity."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.params: list[Param] = list(space.params)
+        self.values: list[list[Any]] = [p.values() or [] for p in self.params]
+        self.tables = [self._table(p, vals) for p, vals in zip(self.params, self.values, strict=True)]
+
+    @staticmethod
+    def _table(param: Param, values: list[Any]) -> np.ndarray:
+        """Similarity of two value indices of one parameter (index 0 = inactive)."""
+        n = len(values) + 1
+        table = np.eye(n)
+        ordered = param.kind != "categorical" or all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        if ordered and len(values) > 2:
+            for i in range(1, n):
+                for j in range(1, n):
+                    table[i, j] = ORDINAL_DECAY ** abs(i - j)
+        return table
+
+    def encode(self, params: Params) -> np.ndarray:
+        """The row of one configuration (values off the grid count as inactive)."""
+        row = np.zeros(len(self.params), dtype=np.int32)
+        for i, (p, vals) in enumerate(zip(self.params, self.values, strict=True)):
+            if p.name in params and params[p.name] in vals:
+                row[i] = vals.index(params[p.name]) + 1
+        return row
+
+    def similarity(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Mean per-parameter similarity of every row of ``a`` with every row of ``b``."""
+        out = np.zeros((a.shape[0], b.shape[0]))
+        for i, table in enumerate(self.tables):
+            out += table[a[:, i][:, None], b[:, i][None, :]]
+        return out / max(len(self.tables), 1)
+
+
+def _kernel(s: np.ndarray, share: float) -> np.ndarray:
+    return share * s + (1.0 - share) * s * s
+
+
+class Posterior:
+    """A GP fitted to centred log tok/s (hyperparameters by marginal likelihood on a small grid)."""
+
+    def __init__(self, enc: Encoding, x: np.ndarray, y: np.ndarray) -> None:
+        self.enc, self.x = enc, x
+        self.mean = float(np.mean(y))
+        yc = y - self.mean
+        self.var = max(float(np.var(yc)), 1e-3)
+        s = enc.similarity(x, x)
+        best: tuple[float, float, float] | None = None
+        for share in LENGTHS:
+            for noise in NOISES:
+                ll = self._log_likelihood(s, yc, share, noise)
+                if best is None or ll > best[0]:
+                    best = (ll, share, noise)
+        assert best is not None
+        _, self.share, noise = best
+        k = self.var * _kernel(s, self.share) + noise * self.var * np.eye(len(y))
+        self.chol = np.linalg.cholesky(k)
+        self.alpha = np.linalg.solve(self.chol.T, np.linalg.solve(self.chol, yc))
+
+    def _log_likelihood(self, s: np.ndarray, yc: np.ndarray, share: float, noise: float) -> float:
+        k = self.var * _kernel(s, share) + noise * self.var * np.eye(len(yc))
+        try:
+            chol = np.linalg.cholesky(k)
+        except np.linalg.LinAlgError:
+            return -math.inf
+        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, yc))
+        return float(-0.5 * yc @ alpha - np.log(np.diag(chol)).sum())
+
+    def predict(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean (log tok/s) and standard deviation at candidate rows."""
+        ks = self.var * _kernel(self.enc.similarity(cand, self.x), self.share)
+        mu = self.mean + ks @ self.alpha
+        v = np.linalg.solve(self.chol, ks.T)
+        sd = np.sqrt(np.maximum(self.var - (v * v).sum(axis=0), 1e-12))
+        return mu, sd
+
+
+def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
+    """EI of a maximisation at each candidate."""
+    z = (mu - best) / sd
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return (mu - best) * cdf + sd * pdf
+
+
+class PairwiseModelSampler(BaseSampler):
+    """Proposes whole configurations of ``space`` (see module docstring)."""
+
+    def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool],
+                 suspected: Callable[[Params], bool] | None = None, seed: int | None = None,
+                 init_design: int = INIT_DESIGN) -> None:
+        self.space = space
+        self.blocked = blocked
+        self.suspected = suspected or (lambda _: False)
+        self.rng = random.Random(seed)
+        self.init_design = init_design
+        self.enc = Encoding(space)
+        self._fallback = RandomSampler(seed=seed)
+        self._listed: list[Params] | None = None
+        if space.cardinality() <= LISTED_CANDIDATES:
+            self._listed = list(space.iter_configs())
+
+    # ---- Optuna's sampler interface ------------------------------------------------------------
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        """Every parameter of the space: proposals are whole configurations."""
+        return {p.name: p.distribution() for p in self.space.params}
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        """The next configuration to launch ({} when nothing is left to propose)."""
+        if not search_space:
+            return {}
+        return self.propose(study.get_trials(deepcopy=False), trial.number) or {}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        """Only reached when nothing was proposed: a random value."""
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    # ---- the proposal --------------------------------------------------------------------------
+    def propose(self, trials: Sequence[FrozenTrial], number: int) -> Params | None:
+        """The configuration with the best expected improvement, given the study's trials."""
+        measured, failed, running = _history(trials, number)
+        seen = {*measured, *map(_key, failed), *map(_key, running)}
+        cands = [c for c in self._candidates(measured) if _key(c) not in seen and not self.blocked(c)]
+        if not cands:
+            return None
+        if len(measured) < self.init_design or len({round(v, 9) for v in measured.values()}) < 2:
+            return self._spread(cands, [*map(dict, measured), *failed, *running])
+        return self._best_ei(cands, measured, failed, running)
+
+    def _best_ei(self, cands: list[Params], measured: dict[Any, float], failed: list[Params],
+                 running: list[Params]) -> Params:
+        keys = list(measured)
+        x = np.array([self.enc.encode(dict(k)) for k in keys])
+        y = np.array([math.log(measured[k]) for k in keys])
+        post = Posterior(self.enc, x, y)
+        if running:  # kriging believer: in-flight configurations count as their predicted value
+            xr = np.array([self.enc.encode(p) for p in running])
+            post = Posterior(self.enc, np.vstack([x, xr]), np.concatenate([y, post.predict(xr)[0]]))
+        c = np.array([self.enc.encode(p) for p in cands])
+        mu, sd = post.predict(c)
+        score = expected_improvement(mu, sd, float(y.max()))
+        score *= self._feasibility(c, x, failed)
+        score *= np.array([SUSPECT_DISCOUNT if self.suspected(p) else 1.0 for p in cands])
+        top = np.flatnonzero(score >= score.max() * (1 - 1e-9))
+        return cands[int(top[self.rng.randrange(len(top))])]
+
+    def _feasibility(self, cand: np.ndarray, ok: np.ndarray, failed: list[Params]) -> np.ndarray:
+        """Chance that a candidate runs, from the nearest launches (failures weigh by closeness)."""
+        if not failed:
+            return np.ones(len(cand))
+        bad = np.array([self.enc.encode(p) for p in failed])
+        w_bad = self.enc.similarity(cand, bad) ** 8
+        w_ok = self.enc.similarity(cand, ok) ** 8
+        return np.asarray((1.0 + w_ok.sum(axis=1)) / (1.0 + w_ok.sum(axis=1) + w_bad.sum(axis=1)))
+
+    def _spread(self, cands: list[Params], taken: list[Params]) -> Params:
+        """A random candidate far from what was tried (max-min similarity over a random subset)."""
+        pool = self.rng.sample(cands, min(len(cands), 256))
+        if not taken:
+            return pool[0]
+        t = np.array([self.enc.encode(p) for p in taken])
+        s = self.enc.similarity(np.array([self.enc.encode(p) for p in pool]), t).max(axis=1)
+        return pool[int(np.argmin(s))]
+
+    def _candidates(self, measured: dict[Any, float]) -> list[Params]:
+        if self._listed is not None:
+            return self._listed
+        pool = [self._random_config() for _ in range(POOL)]
+        best = sorted(measured, key=lambda k: -measured[k])[:3]
+        for key in best:
+            pool.extend(self._moves(dict(key)))
+        return [p for p in pool if not self.space.violates(p)]
+
+    def _random_config(self) -> Params:
+        return self.space.build(lambda p, _: self.rng.choice(p.values() or [p.low, p.high])).params
+
+    def _moves(self, params: Params) -> list[Params]:
+        """Every configuration one or two settings away from ``params``."""
+        out: list[Params] = []
+        singles: list[Params] = []
+        for p in self.space.params:
+            for v in p.values() or []:
+                if params.get(p.name) != v:
+                    singles.append({p.name: v})
+        for i, a in enumerate(singles):
+            for b in [{}, *singles[i + 1:]]:
+                if set(a) & set(b):
+                    continue
+                merged = {**params, **a, **b}
+                try:
+                    out.append(self.space.build(lambda p, _, m=merged: m.get(p.name, (p.values() or [p.low])[0]))
+                               .params)
+                except Exception:
+                    continue
+        return out
+
+
+def _key(params: Params) -> Any:
+    return tuple(sorted(params.items()))
+
+
+def _history(trials: Sequence[FrozenTrial], number: int) -> tuple[dict[Any, float], list[Params], list[Params]]:
+    """Measured configurations (key -> mean tok/s), failed ones, and ones in flight."""
+    values: dict[Any, list[float]] = {}
+    failed: list[Params] = []
+    running: list[Params] = []
+    for t in trials:
+        if not t.params or t.number == number:
+            continue
+        if t.state == TrialState.RUNNING:
+            running.append(dict(t.params))
+        elif t.state == TrialState.COMPLETE and t.value is not None:
+            if t.user_attrs.get("status") in ("ok", "cached") and t.value > 0:
+                values.setdefault(_key(t.params), []).append(float(t.value))
+            else:
+                failed.append(dict(t.params))
+    measured = {k: sum(set(v)) / len(set(v)) for k, v in values.items()}
+    return measured, failed, running

@@ -1,0 +1,70 @@
+"""The Optuna study of a sweep on the sweep database: open it, check a resumed space against it."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.samplers import BaseSampler
+
+from db.store import sqlite_url
+from tuner.errors import ConfigError, StudyError
+from tuner.space import SearchSpace
+
+METRIC_NAMES = ["tok/s@C16"]
+
+
+def open_study(db_path: str | Path, name: str, sampler: BaseSampler | None = None,
+               create: bool = True) -> optuna.Study:
+    """The Optuna study of a sweep on the sweep database (StudyError if missing and not ``create``)."""
+    storage = optuna.storages.RDBStorage(sqlite_url(db_path), engine_kwargs={"connect_args": {"timeout": 30}})
+    if not create:
+        try:
+            return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        except KeyError as exc:
+            raise StudyError(f"{db_path}: no study named {name!r}") from exc
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler,
+                                load_if_exists=True)
+    if study.metric_names != METRIC_NAMES:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study.set_metric_names(METRIC_NAMES)
+    return study
+
+
+def check_resumable(study: optuna.Study, space: SearchSpace, db_path: str | Path) -> None:
+    """ConfigError when a parameter of ``space`` is sampled differently from how the study's earlier
+    trials sampled it (Optuna cannot continue a study whose choices changed)."""
+    recorded: dict[str, optuna.distributions.BaseDistribution] = {}
+    for trial in study.get_trials(deepcopy=False):
+        for name, dist in trial.distributions.items():
+            recorded.setdefault(name, dist)
+    for param in space.params:
+        old, new = recorded.get(param.name), param.distribution()
+        if old is None:
+            continue
+        try:
+            optuna.distributions.check_distribution_compatibility(old, new)
+        except ValueError:
+            raise ConfigError(
+                f"{param.path}: now {_described(new)}, but study {study.study_name!r} in {db_path} sampled it "
+                f"from {_described(old)}; give the changed space its own --study name (or put the old values "
+                "back)") from None
+
+
+def _described(dist: optuna.distributions.BaseDistribution) -> str:
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return f"choices [{', '.join(map(str, dist.choices))}]"
+    if isinstance(dist, optuna.distributions.IntDistribution | optuna.distributions.FloatDistribution):
+        return f"range {dist.low}..{dist.high}" + (" (log)" if dist.log else "")
+    return repr(dist)
+
+
+def distinct_configurations(space: SearchSpace, limit: int = 50_000) -> float:
+    """How many different servers the space (and its baseline) can launch; ``inf`` when too many to list."""
+    if math.isinf(space.cardinality()) or space.cardinality() > limit:
+        return math.inf
+    keys = {space.from_params(params).key() for params in space.iter_configs()}
+    return len(keys | {space.baseline().key()})
