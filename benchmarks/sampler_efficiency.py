@@ -1,108 +1,161 @@
-"""How fast does the sweep's sampler find good configurations? Measured on the offline model.
+"""How fast does the sweep find the best configuration? N seeds of the real sweep loop, offline.
 
-Each seed replays the sweep's loop against the scenario as a function (no servers): the baseline
-trial (base settings only, no parameters) first; ``--parallel`` trials in flight (constant liar);
-the budget counts distinct launched configurations; a suggestion already measured (or in flight) is
-answered with the stored value, as the sweep answers it from the store, and costs no budget;
-infeasible configurations (startup failure, garbage output caught by the gate, runtime crash) are
-told as infeasible. Compared: the sweep's sampler and Optuna's RandomSampler (forbid-aware too) in
-the same loop.
-Reported: the median over seeds of the best modelled tok/s@C16 found, and of the trial at which 95%
-of the space's optimum was first reached.
+Each run is ``tuner sweep --offline`` (the same loop, sampler, dedupe, failure learning and recording
+as a sweep of real servers; the scenario's model answers each launch, with its noise) on a fresh
+database. Per run: the *true* (noise-free, modelled) value of the configuration the sweep ranks best,
+as % of the exhaustive optimum of the space; the launch at which a launched configuration first
+reached 95% of it; infeasible launches; launches that hit a failure already seen in the same sweep
+(the same failure rule of the scenario); proposals avoided by a learned rule (no launch).
 
-    python benchmarks/sampler_efficiency.py [--space search_spaces/demo-sim.yaml] [--budget 40] [--seeds 20]
+    python benchmarks/sampler_efficiency.py [--spaces a.yaml b.yaml] [--strategies model tpe random coordinate]
+        [--seeds 10] [--budget 40] [--parallel 1 2] [--jobs 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import statistics
 import sys
+import tempfile
+import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-
-import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.sampler import ForbidAwareSampler, make_sampler
-from tuner.space import ForbiddenConfig, SearchSpace
-from tuner.space_loader import load_space
-from workers.sim.offline import OfflineModel
-from workers.types import Config
+from rich.console import Console  # noqa: E402
 
-MAX_ASKS = 2000
+from tuner.live import SweepView  # noqa: E402
+from tuner.results import SweepResults  # noqa: E402
+from tuner.space_loader import load_space  # noqa: E402
+from tuner.study import Sweep, SweepOptions  # noqa: E402
+from workers.sim.offline import OfflineModel  # noqa: E402
+
+SPACES = ["search_spaces/demo-sim.yaml", "search_spaces/demo-sim-hopper.yaml",
+          "search_spaces/hard-deepseek-v3-h200.yaml", "search_spaces/hard-kimi-k2-b200.yaml",
+          "search_spaces/hard-llama-70b-h100.yaml"]
 
 
-def run(space: SearchSpace, budget: int, seed: int, kind: str, model: OfflineModel, optimum: float,
-        parallel: int) -> tuple[float, int]:
-    """One replay of the sweep; (best modelled tok/s, launch at which 95% of the optimum was reached)."""
-    sampler = (make_sampler(space.violates, seed) if kind == "tpe"
-               else ForbidAwareSampler(optuna.samplers.RandomSampler(seed=seed), space.violates, seed=seed))
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    output_len = space.file.benchmark.output_len
-    measured: dict[str, float | None] = {}
-    in_flight: list[tuple[optuna.Trial, Config]] = [(study.ask(), space.baseline())]
-    best, reached, launched, asks = 0.0, budget + 1, 0, 0
+@dataclass(frozen=True)
+class Run:
+    """One offline sweep's outcome."""
 
-    def tell(trial: optuna.Trial, tok_s: float | None) -> None:
-        trial.set_constraint("failed", 1.0 if tok_s is None else 0.0)
-        study.tell(trial, 0.0 if tok_s is None else tok_s)
+    space: str
+    strategy: str
+    parallel: int
+    seed: int
+    best_share: float
+    reached_95: int | None
+    infeasible: int
+    repeated_failures: int
+    avoided: int
+    seconds: float
 
-    while in_flight:
-        while len(in_flight) < parallel and launched + len(in_flight) < budget and asks < MAX_ASKS:
-            trial = study.ask()
-            asks += 1
-            try:
-                config = space.sample(trial)
-            except ForbiddenConfig:
-                tell(trial, None)  # as the sweep tells it
-                continue
-            key = config.key()
-            if key in measured or any(key == c.key() for _, c in in_flight):
-                tell(trial, measured.get(key))  # the sweep answers it from the store
-                continue
-            in_flight.append((trial, config))
-        trial, config = in_flight.pop(0)
-        tok_s = model.verdict(config, 16, output_len).tok_s
-        measured[config.key()] = tok_s
-        launched += 1
-        tell(trial, tok_s)
-        best = max(best, tok_s or 0.0)
-        if best >= 0.95 * optimum and reached > budget:
-            reached = launched
-    return best, reached
+
+@cache
+def landscape(space_path: str) -> tuple[OfflineModel, float]:
+    """The space's offline model and its exhaustive optimum (modelled tok/s@C16, no run noise)."""
+    space = load_space(space_path)
+    assert space.file.scenario, f"{space_path}: the space must name a scenario"
+    model = OfflineModel(Path(space_path).parent / space.file.scenario)
+    space = load_space(space_path, arch=model.scenario.gpu.arch)
+    out = space.file.benchmark.output_len
+    values = [v.tok_s for p in space.iter_configs() if (v := model.verdict(space.from_params(p), 16, out)).tok_s]
+    return model, max(values)
+
+
+def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: int) -> Run:
+    """One offline sweep on a fresh database."""
+    model, optimum = landscape(space_path)
+    space = load_space(space_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        opts = SweepOptions(space_path=space_path, db_path=f"{tmp}/b.db", budget=budget, seed=seed, offline=True,
+                            sampler=strategy, max_groups=parallel, gpus=parallel * space.file.gpus_per_trial)
+        quiet = Console(file=io.StringIO())
+        t0 = time.perf_counter()
+        sweep = Sweep(opts, lambda n, b, s: SweepView(quiet, n, b, s)).run()
+        seconds = time.perf_counter() - t0
+        from db.store import Store
+
+        store = Store(opts.db_path)
+        runs = store.runs(sweep.id)
+        store.close()
+    out = space.file.benchmark.output_len
+    best = SweepResults(sweep, runs).best()
+    best_true = model.verdict(space.from_params(best.params) if best.params else space.baseline(), 16, out).tok_s
+    launched = [r for r in runs if r.status.launched and r.repeat_of is None]
+    reached = next((i + 1 for i, r in enumerate(launched)
+                    if r.tok_s is not None and (model.verdict(_config(space, r.params), 16, out).tok_s or 0)
+                    >= 0.95 * optimum), None)
+    seen_rules: set[int] = set()
+    repeated = 0
+    for r in launched:
+        if r.tok_s is None:
+            rule = model.outcome(_config(space, r.params)).failure
+            index = model.scenario.failures.index(rule) if rule is not None else -1
+            repeated += index in seen_rules
+            seen_rules.add(index)
+    return Run(Path(space_path).stem, strategy, parallel, seed, (best_true or 0) / optimum, reached,
+               sum(r.tok_s is None for r in launched), repeated, sum(r.status == "avoided" for r in runs), seconds)
+
+
+def _config(space, params):  # type: ignore[no-untyped-def]
+    return space.from_params(params) if params else space.baseline()
+
+
+def summarize(runs: list[Run], budget: int) -> None:
+    """One line per (space, strategy, parallel)."""
+    print(f"{'space':<24} {'strategy':<11} {'par':>3} {'>=97%':>6} {'median':>7} {'worst':>6} "
+          f"{'95% at':>6} {'infeas':>6} {'repeat':>6} {'avoid':>6} {'s/run':>6}")
+    keys = sorted({(r.space, r.strategy, r.parallel) for r in runs})
+    for space, strategy, parallel in keys:
+        rs = [r for r in runs if (r.space, r.strategy, r.parallel) == (space, strategy, parallel)]
+        shares = [r.best_share for r in rs]
+        reached = [r.reached_95 for r in rs if r.reached_95 is not None]
+        print(f"{space:<24} {strategy:<11} {parallel:>3} {sum(s >= 0.97 for s in shares):>3}/{len(rs):<2} "
+              f"{statistics.median(shares):>7.1%} {min(shares):>6.1%} "
+              f"{statistics.median(reached) if reached else '-':>6} "
+              f"{statistics.mean(r.infeasible for r in rs):>6.1f} {statistics.mean(r.repeated_failures for r in rs):>6.1f} "
+              f"{statistics.mean(r.avoided for r in rs):>6.1f} {statistics.mean(r.seconds for r in rs):>6.1f}")
+
+
+def _quiet() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    logging.disable(logging.WARNING)
+    warnings.simplefilter("ignore")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--space", default="search_spaces/demo-sim.yaml")
+    parser.add_argument("--spaces", nargs="+", default=SPACES)
+    parser.add_argument("--strategies", nargs="+", default=["model", "tpe", "random", "coordinate"])
+    parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=int, default=40)
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--parallel", type=int, default=2, help="trials in flight (GPU groups)")
+    parser.add_argument("--parallel", type=int, nargs="+", default=[1, 2], help="trials in flight (GPU groups)")
+    parser.add_argument("--jobs", type=int, default=2, help="sweeps run at once (processes)")
+    parser.add_argument("--per-seed", action="store_true", help="print every run")
     args = parser.parse_args()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    logging.disable(logging.WARNING)
-    warnings.simplefilter("ignore")
-    space = load_space(args.space)
-    assert space.file.scenario, "the space must name a scenario"
-    model = OfflineModel(Path(args.space).parent / space.file.scenario)
-    space = load_space(args.space, arch=model.scenario.gpu.arch)
-    scores = [v.tok_s for cfg in space.iter_configs()
-              if (v := model.verdict(space.from_params(cfg), 16, space.file.benchmark.output_len)).tok_s]
-    optimum = max(scores)
-    print(f"space {space.name}: {space.cardinality():,} configurations, {len(scores):,} feasible; "
-          f"optimum {optimum:.2f} modelled tok/s@C16, median feasible {statistics.median(scores):.2f}")
-    for kind in ("tpe", "random"):
-        results = [run(space, args.budget, seed, kind, model, optimum, args.parallel) for seed in range(args.seeds)]
-        bests = [b for b, _ in results]
-        reached = [r for _, r in results]
-        hit = sum(1 for r in reached if r <= args.budget)
-        print(f"{kind:>6}: best after {args.budget} trials: median {statistics.median(bests):.2f} "
-              f"({statistics.median(bests) / optimum:.1%} of optimum), min {min(bests):.2f}; "
-              f"reached 95% of optimum in {hit}/{args.seeds} runs, median trial "
-              f"{statistics.median(r for r in reached if r <= args.budget) if hit else '-'}")
+    _quiet()
+    for path in args.spaces:
+        model, optimum = landscape(path)
+        print(f"{Path(path).stem}: optimum {optimum:.2f} modelled tok/s@C16", flush=True)
+    tasks = [(s, k, p, seed, args.budget) for s in args.spaces for k in args.strategies for p in args.parallel
+             for seed in range(args.seeds)]
+    with ProcessPoolExecutor(args.jobs, initializer=_quiet) as pool:
+        runs = list(pool.map(one_run, *zip(*tasks, strict=True)))
+    if args.per_seed:
+        for r in runs:
+            print(f"{r.space:<24} {r.strategy:<11} par {r.parallel} seed {r.seed}: best {r.best_share:.1%}, "
+                  f"95% at launch {r.reached_95 or '-'}, infeasible {r.infeasible}, repeated failures "
+                  f"{r.repeated_failures}, avoided {r.avoided}, {r.seconds:.1f} s")
+    summarize(runs, args.budget)
 
 
 if __name__ == "__main__":

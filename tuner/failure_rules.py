@@ -9,11 +9,16 @@ resumed sweep derives the same rules, and a rule that a success contradicts is g
    a value such as ``mxfp4``) form the rule's core; if a success has that core, the smallest set of
    the failing configuration's other settings that makes it consistent is added.
 2. **By contrast.** Otherwise, the smallest set of setting=value pairs present in every failure of
-   the signature and in no success (up to :data:`MAX_RULE_SIZE` pairs); ties are joined, never
-   guessed, and when the joined set grows past that size no rule is drawn until more launches tell.
+   the signature and in no success (up to :data:`MAX_RULE_SIZE` pairs). When several sets of that
+   size fit, each becomes a *suspected* rule until more launches tell them apart (never a guess),
+   and all of them joined is one more rule: the narrow corner around the failures.
 
-A rule is *confirmed* when the log named it or two different failing configurations support it;
-confirmed rules stop a proposal before it is launched, the others only steer the sampler. Rules of
+One rule explains several failures of a signature only where they differ in parameters whose every
+value failed (``ep_size`` failing at 1, 2 and 4 says nothing about 8); otherwise each failure gets its
+own rule, and rules that differ in one parameter's values merge. A rule is *confirmed* when it is
+the only explanation that fits and two different failing configurations support it, or the log named
+it and it has two or more settings; confirmed rules stop a proposal before it is launched, suspected
+ones (a single setting that failed once, say) only steer the sampler away. Rules of
 one signature that differ in a single parameter merge (``ep_size in {2, 4}``), shown as ``!= 8``
 when they cover every other value of it.
 """
@@ -147,22 +152,42 @@ class Learner:
             rules.extend(_merge(self._rules_for(sig, failures, successes)))
         return rules
 
+    def _covered(self, failures: list[frozenset[Pair]]) -> bool:
+        """May one rule generalise over the settings these failures differ in? Only over a parameter
+        whose every value failed: ``ep_size`` failing at 1, 2 and 4 says nothing about 8."""
+        for name, domain in self.domains.items():
+            seen = {v for f in failures for n, v in f if n == name}
+            if len(seen) > 1 and domain and not set(domain) <= seen:
+                return False
+        return True
+
     def _rules_for(self, sig: str, failures: list[Observation], successes: list[frozenset[Pair]]) -> list[Rule]:
         kind = failures[0].failure_kind or ""
         distinct = {frozenset(_pairs(f.params)): f for f in failures}
-        together = _minimal_cause(frozenset.intersection(*distinct), successes)
-        if together is not None and len(distinct) > 1:
-            named = any(set(together) & set(self.named_pairs(f)) for f in failures)
-            return [_rule(together, kind, sig, [f.trial_number for f in failures], named, True)]
+
+        def supported(cause: frozenset[Pair]) -> list[int]:
+            return [g.trial_number for g in failures if frozenset(_pairs(g.params)) >= cause]
+
+        if len(distinct) > 1 and self._covered(list(distinct)):
+            together = _minimal_causes(frozenset.intersection(*distinct), successes)
+            if len(together) == 1:
+                named = any(set(together[0]) & set(self.named_pairs(f)) for f in failures)
+                return [_rule(together[0], kind, sig, supported(together[0]), named, True)]
         rules = []
         for pairs, f in distinct.items():
             core = frozenset(self.named_pairs(f))
-            cause = _minimal_cause(pairs, successes, core) if core else None
-            named = cause is not None
-            cause = cause if cause is not None else _minimal_cause(pairs, successes)
-            if cause is not None:
-                trials = [g.trial_number for g in failures if frozenset(_pairs(g.params)) >= cause]
-                rules.append(_rule(cause, kind, sig, trials, named, named or len(trials) > 1))
+            causes = _minimal_causes(pairs, successes, core) if core else []
+            named = bool(causes)
+            causes = causes or _minimal_causes(pairs, successes)
+            if len(causes) == 1:
+                trials = supported(causes[0])
+                confirmed = len(trials) > 1 or (named and len(causes[0]) > 1)
+                rules.append(_rule(causes[0], kind, sig, trials, named, confirmed))
+            elif causes:  # several explanations fit: each is a suspect until more launches tell them apart,
+                rules.extend(_rule(c, kind, sig, supported(c), named, False) for c in causes)
+                joined = frozenset().union(*causes)  # but all of them together is this failure's corner
+                trials = supported(joined)
+                rules.append(_rule(joined, kind, sig, trials, named, named or len(trials) > 1))
         return rules
 
 
@@ -170,19 +195,17 @@ def _pairs(params: dict[str, Any]) -> list[Pair]:
     return [(n, v) for n, v in params.items() if isinstance(v, str | int | float | bool)]
 
 
-def _minimal_cause(pairs: frozenset[Pair], successes: Sequence[frozenset[Pair]],
-                   core: frozenset[Pair] = frozenset()) -> frozenset[Pair] | None:
-    """The smallest superset of ``core`` within ``pairs`` that no success contains; ties are joined."""
+def _minimal_causes(pairs: frozenset[Pair], successes: Sequence[frozenset[Pair]],
+                    core: frozenset[Pair] = frozenset()) -> list[frozenset[Pair]]:
+    """The smallest supersets of ``core`` within ``pairs`` that no success contains (all of that size;
+    none beyond :data:`MAX_RULE_SIZE` pairs)."""
     rest = sorted(pairs - core, key=repr)
-    for extra in range(0, MAX_RULE_SIZE + 1 - len(core) if core else MAX_RULE_SIZE + 1):
-        if not core and extra == 0:
-            continue
-        found = [core | set(c) for c in itertools.combinations(rest, extra)
-                 if not any(s >= core | set(c) for s in successes)]
+    for extra in range(0 if core else 1, MAX_RULE_SIZE + 1 - len(core)):
+        found = [core | frozenset(c) for c in itertools.combinations(rest, extra)
+                 if not any(s >= core | frozenset(c) for s in successes)]
         if found:
-            joined: frozenset[Pair] = frozenset().union(*found)
-            return joined if len(joined) <= MAX_RULE_SIZE else None  # too many suspects: wait for evidence
-    return None
+            return found
+    return []
 
 
 def _rule(cause: frozenset[Pair], kind: str, sig: str, trials: list[int], named: bool, confirmed: bool) -> Rule:
@@ -217,7 +240,7 @@ def _joined(a: Rule, b: Rule) -> Rule | None:
         params[i] = (name, tuple(sorted(set(values) | set(b.params[i][1]), key=repr)))
     return Rule(params=tuple(params), kind=a.kind, signature=a.signature,
                 trials=tuple(sorted(set(a.trials) | set(b.trials))), named=a.named or b.named,
-                confirmed=a.confirmed or b.confirmed or bool(differ))
+                confirmed=a.confirmed or b.confirmed)
 
 
 class RuleBook:
@@ -227,6 +250,7 @@ class RuleBook:
         self.learner = Learner(space)
         self.domains = self.learner.domains
         self.rules: list[Rule] = []
+        self.epoch = 0  # changes whenever the rules do
 
     def refresh(self, runs: Iterable[Any]) -> list[Rule]:
         """Derive the rules from the sweep's launched runs (``RunRow``-like); returns the new ones."""
@@ -234,7 +258,9 @@ class RuleBook:
                                     r.failure_reason)
                         for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)]
         before = {(r.params, r.kind) for r in self.rules}
-        self.rules = self.learner.learn(observations)
+        rules = self.learner.learn(observations)
+        if rules != self.rules:
+            self.rules, self.epoch = rules, self.epoch + 1
         return [r for r in self.rules if (r.params, r.kind) not in before and r.confirmed]
 
     def blocking(self, params: dict[str, Any]) -> Rule | None:

@@ -134,7 +134,9 @@ class PairwiseModelSampler(BaseSampler):
 
     def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool],
                  suspected: Callable[[Params], bool] | None = None, seed: int | None = None,
-                 init_design: int = INIT_DESIGN) -> None:
+                 init_design: int = INIT_DESIGN, epoch: Callable[[], int] | None = None) -> None:
+        """``blocked``/``suspected`` answer for whole configurations and may change only when
+        ``epoch()`` does (results are cached per epoch)."""
         self.space = space
         self.blocked = blocked
         self.suspected = suspected or (lambda _: False)
@@ -142,9 +144,13 @@ class PairwiseModelSampler(BaseSampler):
         self.init_design = init_design
         self.enc = Encoding(space)
         self._fallback = RandomSampler(seed=seed)
+        self.epoch = epoch or (lambda: 0)
         self._listed: list[Params] | None = None
+        self._listed_flags: list[tuple[bool, bool]] | None = None
+        self._listed_epoch = -1
         if space.cardinality() <= LISTED_CANDIDATES:
             self._listed = list(space.iter_configs())
+            self._listed_rows = np.array([self.enc.encode(p) for p in self._listed])
 
     # ---- Optuna's sampler interface ------------------------------------------------------------
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -168,15 +174,18 @@ class PairwiseModelSampler(BaseSampler):
         """The configuration with the best expected improvement, given the study's trials."""
         measured, failed, running = _history(trials, number)
         seen = {*measured, *map(_key, failed), *map(_key, running)}
-        cands = [c for c in self._candidates(measured) if _key(c) not in seen and not self.blocked(c)]
-        if not cands:
+        params, rows, flags = self._candidates(measured)
+        keep = [i for i, p in enumerate(params) if _key(p) not in seen and not flags[i][0]]
+        if not keep:
             return None
         if len(measured) < self.init_design or len({round(v, 9) for v in measured.values()}) < 2:
-            return self._spread(cands, [*map(dict, measured), *failed, *running])
-        return self._best_ei(cands, measured, failed, running)
+            return self._spread([params[i] for i in keep], [*map(dict, measured), *failed, *running])
+        suspect = np.array([flags[i][1] for i in keep])
+        return params[keep[self._best_ei(rows[keep], suspect, measured, failed, running)]]
 
-    def _best_ei(self, cands: list[Params], measured: dict[Any, float], failed: list[Params],
-                 running: list[Params]) -> Params:
+    def _best_ei(self, cand: np.ndarray, suspect: np.ndarray, measured: dict[Any, float], failed: list[Params],
+                 running: list[Params]) -> int:
+        """Index (in ``cand``) of the candidate with the best discounted expected improvement."""
         keys = list(measured)
         x = np.array([self.enc.encode(dict(k)) for k in keys])
         y = np.array([math.log(measured[k]) for k in keys])
@@ -184,13 +193,12 @@ class PairwiseModelSampler(BaseSampler):
         if running:  # kriging believer: in-flight configurations count as their predicted value
             xr = np.array([self.enc.encode(p) for p in running])
             post = Posterior(self.enc, np.vstack([x, xr]), np.concatenate([y, post.predict(xr)[0]]))
-        c = np.array([self.enc.encode(p) for p in cands])
-        mu, sd = post.predict(c)
+        mu, sd = post.predict(cand)
         score = expected_improvement(mu, sd, float(y.max()))
-        score *= self._feasibility(c, x, failed)
-        score *= np.array([SUSPECT_DISCOUNT if self.suspected(p) else 1.0 for p in cands])
+        score *= self._feasibility(cand, x, failed)
+        score *= np.where(suspect, SUSPECT_DISCOUNT, 1.0)
         top = np.flatnonzero(score >= score.max() * (1 - 1e-9))
-        return cands[int(top[self.rng.randrange(len(top))])]
+        return int(top[self.rng.randrange(len(top))])
 
     def _feasibility(self, cand: np.ndarray, ok: np.ndarray, failed: list[Params]) -> np.ndarray:
         """Chance that a candidate runs, from the nearest launches (failures weigh by closeness)."""
@@ -210,14 +218,21 @@ class PairwiseModelSampler(BaseSampler):
         s = self.enc.similarity(np.array([self.enc.encode(p) for p in pool]), t).max(axis=1)
         return pool[int(np.argmin(s))]
 
-    def _candidates(self, measured: dict[Any, float]) -> list[Params]:
+    def _candidates(self, measured: dict[Any, float]) -> tuple[list[Params], np.ndarray, list[tuple[bool, bool]]]:
+        """Candidate configurations, their rows, and (blocked, suspected) for each; the listed space's
+        flags are cached until the rules change."""
         if self._listed is not None:
-            return self._listed
+            epoch = self.epoch()
+            if self._listed_flags is None or self._listed_epoch != epoch:
+                self._listed_flags = [(self.blocked(p), self.suspected(p)) for p in self._listed]
+                self._listed_epoch = epoch
+            return self._listed, self._listed_rows, self._listed_flags
         pool = [self._random_config() for _ in range(POOL)]
-        best = sorted(measured, key=lambda k: -measured[k])[:3]
-        for key in best:
+        for key in sorted(measured, key=lambda k: -measured[k])[:3]:
             pool.extend(self._moves(dict(key)))
-        return [p for p in pool if not self.space.violates(p)]
+        pool = [p for p in pool if not self.space.violates(p)]
+        rows = np.array([self.enc.encode(p) for p in pool]).reshape(len(pool), len(self.enc.params))
+        return pool, rows, [(self.blocked(p), self.suspected(p)) for p in pool]
 
     def _random_config(self) -> Params:
         return self.space.build(lambda p, _: self.rng.choice(p.values() or [p.low, p.high])).params

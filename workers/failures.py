@@ -44,10 +44,17 @@ def classify(exit_code: int | None, log: str) -> FailureKind:
     return FailureKind.CRASHED
 
 
+EXCEPTION_LINE = re.compile(r"^(\[[^\]]*\]\s*)?([\w.]+(Error|Exception|Interrupt)|AssertionError)\b.*")
+
+
 def reason_line(log: str) -> str:
-    """The most telling line of a failure log (the last signature match, else the last line)."""
+    """The most telling line of a failure log: the last signature match, else the last exception
+    line (``RuntimeError: ...``), else the last line."""
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
     for line in reversed(lines):
         if any(p.search(line) for _, p in SIGNATURES):
+            return line[:300]
+    for line in reversed(lines):
+        if EXCEPTION_LINE.match(line):
             return line[:300]
     return lines[-1][:300] if lines else "no log output"

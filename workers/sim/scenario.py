@@ -6,7 +6,7 @@ holds, seeded noise and a ``time_scale``. Matching sees SGLang's parsed options 
 (defaults included, so ``ep_size: 1`` matches an unset ``--ep-size``) and ``env.VAR`` keys.
 
 Value patterns: a scalar matches equal values; a string with ``* ? [`` is a glob; ``<16``,
-``<=16``, ``>48``, ``>=32``, ``!=x`` compare; a list matches any of its patterns; ``null`` matches
+``<=16``, ``>48``, ``>=32``, ``!=x`` compare (``!=*glob*``: does not match the glob); a list matches any of its patterns; ``null`` matches
 an unset option. Effect values: a number multiplies; ``"+75"``/``"-20"`` add; ``"=30"`` sets.
 """
 
@@ -192,7 +192,9 @@ def matches_value(pattern: Any, value: Any) -> bool:
                 rhs = pattern[len(op):].strip()
                 a, b = _num(value), _num(rhs)
                 if op == "!=":
-                    return str(value) != rhs if a is None or b is None else a != b
+                    if a is not None and b is not None:
+                        return a != b
+                    return not matches_value(rhs, value) if any(ch in rhs for ch in "*?[") else str(value) != rhs
                 if a is None or b is None:
                     return False
                 return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
