@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from db.store import Store
 from tests.conftest import SPACES, start_sim
 from tuner.recording import Recorder, artifact_store
+from tuner.sampler import make_sampler
 from tuner.space_loader import load_space
 from tuner.study_db import open_study
 from workers.sim.offline import OfflineModel
@@ -74,7 +75,7 @@ def driver_scaling(trials: int) -> None:
                                    gpu_name="g", gpu_arch="sm_120", gpu_count=8, driver="-", hosts=[], budget=trials,
                                    roofline_tok_s=None, time_scale=1.0)
         recorder = Recorder(store, sweep, artifact_store(db))
-        study = open_study(db, "o", space, seed=0)
+        study = open_study(db, "o", make_sampler(space, seed=0))
         asks, records = [], []
         for n in range(trials):
             t0 = time.perf_counter()

@@ -195,7 +195,7 @@ class Store:
             run = TrialRun(
                 sweep_id=sweep_id, trial_number=result.trial_number, config_key=result.config_key,
                 baseline=baseline, params=dict(config.params), flags=redact_flags(dict(config.flags)),
-                argv=redact_argv(result.argv), env=redact_env(dict(result.env)), status=status.value,
+                argv=redact_argv(result.argv), env=redact_env(dict(result.env)), status=RunStatus(status).value,
                 failure_kind=result.failure_kind.value if result.failure_kind else None,
                 failure_reason=scrub(result.failure_reason, secrets), log_tail=scrub(result.log_tail, secrets),
                 server_log=scrub(result.server_log[-MAX_LOG_CHARS:], secrets),

@@ -15,6 +15,7 @@ from workers.types import BenchResult
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = ROOT / "search_spaces"
 SCENARIOS = SPACES / "scenarios"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture

@@ -209,7 +209,7 @@ def show(
                      "tok_s_samples": results.samples(r.config_key) if r.status == "ok" else []}
                     for r in results.ranked()]
             print(json.dumps({"study": results.sweep.study_name, "time_scale": results.sweep.time_scale,
-                              "trials": rows}, indent=2, default=str))
+                              "learned_rules": list(results.rules), "trials": rows}, indent=2, default=str))
             return
         console.print(runs_table(results, limit))
         print_summary(console, results)

@@ -142,7 +142,16 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px;vertical-align:top}"
             ".note{color:#777}</style></head><body>")
     return (head + f"<h1>sglang-tuner: {html.escape(sweep.study_name)}</h1><p>{html.escape(summary)}</p>"
-            + "".join(parts) + _section("Top five", _top_table(results)) + "</body></html>")
+            + "".join(parts) + _section("Top five", _top_table(results)) + _rules_section(results) + "</body></html>")
+
+
+def _rules_section(results: SweepResults) -> str:
+    """The failure rules the sweep learned, and how many proposals they answered without a launch."""
+    if not results.rules:
+        return _section("Learned failure rules", _note("none: no failure was explained by its settings"))
+    items = "".join(f"<li>{html.escape(rule)}</li>" for rule in results.rules)
+    return _section("Learned failure rules", f"<ul>{items}</ul>" + _note(
+        f"{results.avoided()} proposal(s) matched a rule and were answered without a launch"))
 
 
 def write_report(db_path: str | Path, study_name: str | None, output: str | Path) -> Path:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from db.store import RunRow, Store, SweepRow
+from workers.types import RunStatus
 from tuner.errors import StudyError
 
 
@@ -16,6 +17,11 @@ class SweepResults:
 
     sweep: SweepRow
     runs: list[RunRow]
+    rules: tuple[str, ...] = ()  # the failure rules the sweep learned (tuner.failure_rules), as text
+
+    def avoided(self) -> int:
+        """Proposals answered by a learned failure rule instead of a launch."""
+        return sum(r.status == RunStatus.AVOIDED for r in self.runs)
 
     def samples(self, config_key: str) -> list[float]:
         """Every tok/s@C16 measured for a configuration: the first launch and its confirmations."""
@@ -72,6 +78,6 @@ def load_results(db_path: str | Path, study: str | None) -> SweepResults:
                 names = ", ".join(s.study_name for s in store.sweeps()) or "none"
                 raise StudyError(f"{db_path}: no study named {study!r} (studies: {names})")
             sweep = found
-        return SweepResults(sweep, store.runs(sweep.id))
+        return SweepResults(sweep, store.runs(sweep.id), tuple(text for text, _ in store.rules(sweep.id)))
     finally:
         store.close()

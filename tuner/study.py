@@ -377,7 +377,9 @@ class Sweep:
         if run.status in (RunStatus.OK, RunStatus.INFEASIBLE):
             for rule in ctx.rules.refresh(self.store.runs(ctx.sweep.id)):
                 ctx.view.log(f"learned: {rule.describe(ctx.rules.domains)}")
-            self.store.replace_rules(ctx.sweep.id, ctx.rules.records())
+            records = ctx.rules.records()
+            self.store.replace_rules(ctx.sweep.id, records)
+            ctx.study.set_user_attr("learned_rules", [text for text, _ in records])  # shown by the dashboard
         if self._infra_failures >= MAX_CONSECUTIVE_INFRA_FAILURES * max(len(ctx.slots), 1):
             raise ClusterError(f"{self._infra_failures} trials in a row failed for reasons of the nodes, not of "
                                f"their configurations; last: {run.failure_reason}")

@@ -141,4 +141,8 @@ def print_summary(console: Console, results: Any) -> None:
     kinds = results.failures_by_kind()
     if kinds:
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
+    for rule in results.rules:
+        console.print(f"learned: {rule}", markup=False, highlight=False, soft_wrap=True)
+    if results.avoided():
+        console.print(f"{results.avoided()} proposal(s) matched a learned rule and were not launched (no budget)")
     console.print(f"export it: tuner export --study {sweep.study_name} -o launch.sh", markup=False)

@@ -1,105 +1,129 @@
 """`--confirm N`: the N best by median end up measured twice, even when a second measurement
-reorders the leaders. The launches are scripted (a real store and a real Optuna study; only the
-loop that would start servers is replaced by one that records the scripted measurement)."""
+reorders the leaders. The real sweep loop, store and Optuna study; only the launcher is scripted
+(through the launcher seam: every launch is answered with a scripted tok/s)."""
 
 from __future__ import annotations
 
+import io
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import optuna
+from rich.console import Console
 
-from db.store import Store, SweepRow
-from tests.conftest import bench_result
+from db.store import Store
+from tests.conftest import FIXTURES, bench_result
+from tuner.flags import FlagTable
+from tuner.launchers.base import Finished, Slot
+from tuner.live import SweepView
+from tuner.render import render
 from tuner.results import SweepResults
-from tuner.study import CONFIRM_ROUNDS, Sweep, SweepOptions, open_study
-from workers.types import Config, TrialResult
+from tuner.space import SearchSpace
+from tuner.study import CONFIRM_ROUNDS, Sweep, SweepOptions
+from workers.node import NodeInfo
+from workers.trial import Phase
+from workers.types import Config, EngineSpec, TrialResult, TrialSpec
+
+TABLE = FlagTable.bundled("0.5.23")
+Script = Callable[[Config, int], float]  # (configuration, launches of it before) -> tok/s
 
 
-class ScriptedSweep(Sweep):
-    """A sweep whose launches return scripted tok/s: ``second[x]`` for a configuration's confirmation."""
+class ScriptedLauncher:
+    """One slot; each launch is answered at once with ``script(config, times launched before)``."""
 
-    def __init__(self, store: Store, confirm: int, second: dict[str, float]) -> None:
-        super().__init__(SweepOptions(space_path="unused.yaml", budget=3, confirm=confirm), view_factory=None)
-        self.store = store
-        self.second = second
+    def __init__(self, engine: EngineSpec, script: Script) -> None:
+        self.engine = engine
+        self.script = script
+        self.launches: dict[str, int] = {}
+        self.done: list[Finished] = []
 
-    def measure(self, study: optuna.Study, sweep: SweepRow, x: str, tok_s: float,
-                repeat_of: int | None = None) -> None:
-        trial = study.ask()
+    def start(self) -> tuple[NodeInfo, list[Slot]]:
+        return NodeInfo("host", "0.5.23", TABLE, None), [Slot(0, "host", ("0",))]
+
+    def submit(self, slot: int, spec: TrialSpec) -> None:
+        key = spec.config.key()
+        tok_s = self.script(spec.config, self.launches.get(key, 0))
+        self.launches[key] = self.launches.get(key, 0) + 1
         now = time.time()
-        result = TrialResult(trial_number=trial.number, config_key=f"key-{x}", argv=("python3",), env={},
-                             sglang_version="0.5.23", node="host", gpu_ids=("0",), started_at=now,
-                             finished_at=now, bench=bench_result(tok_s))
-        self.store.record(sweep.id, result, Config(params={"x": x}, flags={"x": x}), status="ok",
-                          repeat_of=repeat_of)
-        study.tell(trial, tok_s)
+        self.done.append(Finished(slot, TrialResult(
+            trial_number=spec.trial_number, config_key=key, argv=render(spec.config, TABLE, self.engine).argv,
+            env={}, sglang_version="0.5.23",
+            node="host", gpu_ids=("0",), started_at=now, finished_at=now, bench=bench_result(tok_s))))
 
-    def _loop(self, study: optuna.Study, sweep: SweepRow, space: Any, cluster: Any, view: Any,
-              quota: Any) -> None:
-        while quota.confirmations:
-            waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))[0]
-            x = waiting.system_attrs["fixed_params"]["x"]
-            self.measure(study, sweep, x, self.second[x], repeat_of=waiting.user_attrs["repeat_of"])
-            quota.confirmations -= 1
+    def wait(self, timeout_s: float) -> list[Finished]:
+        done, self.done = self.done, []
+        return done
 
+    def phases(self) -> dict[int, Phase]:
+        return {}
 
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+    def stop_all(self) -> None:
+        pass
 
-    def log(self, line: str) -> None:
-        self.lines.append(line)
+    def close(self) -> None:
+        pass
 
 
-def _setup(tmp_path: Path, confirm: int, first: dict[str, float],
-           second: dict[str, float]) -> tuple[ScriptedSweep, optuna.Study, SweepRow]:
-    store = Store(tmp_path / "t.db")
-    sweep = store.ensure_sweep("s", space_path="x.yaml", space_text="name: s", engine="sim",
-                               sglang_version="0.5.23", gpu_name="g", gpu_arch="sm_120", gpu_count=1, driver="d",
-                               hosts=["h"], budget=len(first), roofline_tok_s=None, time_scale=1.0)
-    study = open_study(tmp_path / "t.db", "s", None)
-    runner = ScriptedSweep(store, confirm, second)
-    for x, tok_s in first.items():
-        runner.measure(study, sweep, x, tok_s)
-    return runner, study, sweep
+def first_value(config: Config) -> float:
+    """A distinct first measurement per configuration (the baseline: 1)."""
+    p = config.params
+    if not p:
+        return 1.0
+    return (10.0 + {"auto": 0, "triton": 4, "marlin": 2}[p["moe_runner_backend"]] + (p["checkpoint"] == "fast") * 8
+            + {16: 0.5, 32: 1.0, 64: 0.0}[p["cuda_graph_max_bs"]] - (p["ep_size"] == 2) * 0.25)
+
+
+def sweep_with(tmp_path: Path, confirm: int, second: Callable[[int, float], float]) -> tuple[SweepResults, str]:
+    """A 12-launch sweep of the e2e space with ``--confirm``; ``second(rank, first)`` scripts the
+    confirmation of the configuration ranked ``rank`` (0 = best) after the budget."""
+    ranks: dict[str, int] = {}
+
+    def script(config: Config, before: int) -> float:
+        if before == 0:
+            return first_value(config)
+        return second(ranks.setdefault(config.key(), len(ranks)), first_value(config))
+
+    out = io.StringIO()
+    opts = SweepOptions(space_path=str(FIXTURES / "e2e-space.yaml"), db_path=str(tmp_path / "t.db"), budget=12,
+                        confirm=confirm, seed=0)
+    launcher: list[ScriptedLauncher] = []
+
+    def make(space: SearchSpace, o: SweepOptions) -> ScriptedLauncher:
+        launcher.append(ScriptedLauncher(space.engine(), script))
+        return launcher[0]
+
+    sweep = Sweep(opts, lambda n, b, s: SweepView(Console(file=out, width=200), n, b, s), make).run()
+    store = Store(opts.db_path)
+    results = SweepResults(sweep, store.runs(sweep.id))
+    store.close()
+    return results, out.getvalue()
+
+
+def confirmed_order(results: SweepResults) -> list[float]:
+    """First measurements of the confirmed configurations, in the order they were confirmed."""
+    first = {r.config_key: r.tok_s for r in results.runs if r.status == "ok" and r.repeat_of is None}
+    return [first[r.config_key] or 0.0 for r in results.runs if r.repeat_of is not None]
 
 
 def test_a_leader_that_drops_brings_the_new_leader_in(tmp_path: Path) -> None:
-    runner, study, sweep = _setup(tmp_path, 1, first={"a": 30.0, "b": 29.0, "c": 20.0},
-                                  second={"a": 20.0, "b": 28.0, "c": 20.0})
-    view = Log()
-    runner._confirm(study, sweep, None, None, view)  # type: ignore[arg-type]
-    results = SweepResults(sweep, runner.store.runs(sweep.id))
-    confirmed = [r.params["x"] for r in results.runs if r.repeat_of is not None]
-    assert confirmed == ["a", "b"], "a fell to a median of 25, so b (29, measured once) was confirmed too"
+    results, _ = sweep_with(tmp_path, 1, second=lambda rank, first: first * (0.5 if rank == 0 else 0.99))
+    firsts = sorted((r.tok_s or 0 for r in results.measured()), reverse=True)
+    order = confirmed_order(results)
+    assert order == firsts[:2], "the leader fell to a median below the runner-up, so the runner-up was confirmed"
     best = results.best()
-    assert best is not None and best.params["x"] == "b" and results.samples(best.config_key) == [29.0, 28.0]
-    runner._confirm(study, sweep, None, None, view)  # type: ignore[arg-type]
-    assert len(runner.store.runs(sweep.id)) == 5, "nothing left to confirm: a second call launches nothing"
-    runner.store.close()
+    assert best is not None and len(results.samples(best.config_key)) == 2
+    assert results.score(best) == (firsts[1] + firsts[1] * 0.99) / 2
 
 
 def test_confirmation_rounds_are_bounded(tmp_path: Path) -> None:
-    first = {x: 30.0 - i for i, x in enumerate("abcdefgh")}
-    runner, study, sweep = _setup(tmp_path, 1, first=first, second=dict.fromkeys(first, 1.0))
-    view = Log()
-    runner._confirm(study, sweep, None, None, view)  # type: ignore[arg-type]
-    repeats = [r for r in runner.store.runs(sweep.id) if r.repeat_of is not None]
-    assert len(repeats) == CONFIRM_ROUNDS
-    assert "the best may rest on one measurement" in view.lines[-1]
-    runner.store.close()
+    results, log = sweep_with(tmp_path, 1, second=lambda rank, first: 0.1)
+    assert len([r for r in results.runs if r.repeat_of is not None]) == CONFIRM_ROUNDS
+    assert "the best may rest on one measurement" in log
 
 
 def test_a_ranking_settled_by_the_last_round_gives_no_warning(tmp_path: Path) -> None:
-    runner, study, sweep = _setup(tmp_path, 1, first={"a": 30.0, "b": 29.0, "c": 28.0, "d": 10.0},
-                                  second={"a": 1.0, "b": 1.0, "c": 27.0, "d": 10.0})
-    view = Log()
-    runner._confirm(study, sweep, None, None, view)  # type: ignore[arg-type]
-    results = SweepResults(sweep, runner.store.runs(sweep.id))
-    assert [r.params["x"] for r in results.runs if r.repeat_of is not None] == ["a", "b", "c"]
+    results, log = sweep_with(tmp_path, 1, second=lambda rank, first: 0.1 if rank < 2 else first)
+    assert len(confirmed_order(results)) == 3
     best = results.best()
-    assert best is not None and best.params["x"] == "c" and len(results.samples(best.config_key)) == 2
-    assert not any("still moves" in line for line in view.lines), view.lines
-    runner.store.close()
+    assert best is not None and len(results.samples(best.config_key)) == 2
+    assert "still moves" not in log

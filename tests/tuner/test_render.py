@@ -34,7 +34,7 @@ def _all_options(table: FlagTable) -> dict[str, str]:
 def test_many_sampled_configs_use_only_full_0523_options(space_file: str) -> None:
     space = load_space(SPACES / space_file, TABLE)
     options = _all_options(TABLE)
-    study = optuna.create_study(sampler=make_sampler(space.violates, seed=7))
+    study = optuna.create_study(sampler=make_sampler(space, seed=7, strategy="tpe"))
     engine = EngineSpec(kind="sglang", python="python3")
     for _ in range(150):
         trial = study.ask()
@@ -128,7 +128,7 @@ def test_real_sglang_parser_matches_the_bundled_table_and_accepts_rendered_confi
     argvs = []
     for space_file in sorted(SPACES.glob("*.yaml")):
         space = load_space(space_file, table)
-        study = optuna.create_study(sampler=make_sampler(space.violates, seed=1))
+        study = optuna.create_study(sampler=make_sampler(space, seed=1, strategy="tpe"))
         for _ in range(40):
             trial = study.ask()
             argvs.append(render_args(space.sample(trial).flags, table))

@@ -93,7 +93,7 @@ def test_speculative_mtp_name_is_rejected(write_yaml) -> None:  # type: ignore[n
 
 def test_sampling_respects_conditions_and_forbid(write_yaml) -> None:  # type: ignore[no-untyped-def]
     space = load_space(write_yaml(GOOD), TABLE)
-    study = optuna.create_study(direction="maximize", sampler=make_sampler(space.violates, seed=1))
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(space, seed=1, strategy="tpe"))
     seen_mtp = seen_off = 0
     for i in range(120):
         trial = study.ask()
@@ -120,7 +120,7 @@ def test_baseline_trial_without_params_leaves_multivariate_sampling_on(write_yam
     """The sweep's baseline trial has no parameters; the joint (relative) search space must still hold
     the parameters every other trial shares, else multivariate TPE silently samples independently."""
     space = load_space(write_yaml(GOOD), TABLE)
-    sampler = make_sampler(space.violates, seed=3)
+    sampler = make_sampler(space, seed=3, strategy="tpe")
     study = optuna.create_study(direction="maximize", sampler=sampler)
     baseline = study.ask()
     study.tell(baseline, 1.0)  # base settings only: no suggest_* calls

@@ -1,0 +1,46 @@
+"""`tuner sweep --offline`: the real loop against the scenario's model, as a user runs it (a real
+process, a real database), read back with `tuner show --json` like any other sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import SPACES
+
+TUNER = [sys.executable, "-m", "tuner.cli"]
+
+
+def tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([*TUNER, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_offline_sweep_records_like_any_sweep_and_learns_failures(tmp_path: Path) -> None:
+    space = str(SPACES / "hard-deepseek-v3-h200.yaml")
+    run = tuner("sweep", "--offline", "--space", space, "--budget", "25", "--seed", "3", "--db", "o.db",
+                "--study", "off", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "offline (the scenario's model, no servers)" in run.stdout
+    shown = json.loads(tuner("show", "--db", "o.db", "--study", "off", "--json", cwd=tmp_path).stdout)
+    trials = shown["trials"]
+    launched = [t for t in trials if t["status"] in ("ok", "infeasible") and t["repeat_of"] is None]
+    assert len(launched) == 25, "the budget counts launches; answers from the store and avoided ones are apart"
+    assert all(t["tok_s"] > 0 for t in trials if t["status"] == "ok")
+    assert any(t["status"] == "infeasible" for t in trials), "this space fails at about half its settings"
+    assert shown["learned_rules"], "failures with settings in their log lines give rules"
+    assert all(t["argv"][2] == "workers.sim" for t in launched), "the launch command is recorded as for a server"
+    text = tuner("show", "--db", "o.db", "--study", "off", cwd=tmp_path).stdout
+    assert "learned: " in text
+    again = tuner("sweep", "--offline", "--space", space, "--budget", "30", "--seed", "3", "--db", "o.db",
+                  "--study", "off", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "learned before: " in again.stdout, "a resumed sweep starts with the rules it had"
+    resumed = json.loads(tuner("show", "--db", "o.db", "--study", "off", "--json", cwd=tmp_path).stdout)
+    keys = [t["config_key"] for t in resumed["trials"] if t["status"] in ("ok", "infeasible") and t["repeat_of"] is None]
+    assert len(keys) == 30 and len(set(keys)) == 30, "no configuration launched twice"
+    script = tuner("export", "--db", "o.db", "--study", "off", cwd=tmp_path)
+    assert script.returncode == 0 and "-m sglang.launch_server" in script.stdout

@@ -1,0 +1,99 @@
+"""Failure rules learned from a sweep's own launches (tuner.failure_rules), on a real space file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tuner.failure_rules import Learner, Observation
+from tuner.space_loader import load_space
+
+SPACE = """
+name: rules
+engine: sglang
+gpus_per_trial: 8
+base: {model_path: /m, tp_size: 8}
+params:
+  moe_a2a_backend: {choices: [none, deepep]}
+  ep_size: {choices: [1, 2, 4, 8]}
+  attention_backend: {choices: [fa3, flashinfer, triton]}
+  cuda_graph_max_bs: {choices: [32, 64, 256]}
+"""
+DEEPEP = "server exited with code 1 during startup: AssertionError: DeepEP requires ep_size == tp_size (8)"
+OOM = "server exited with code 137 during startup: torch.OutOfMemoryError: CUDA out of memory"
+
+
+def learner(write_yaml: Any) -> Learner:
+    return Learner(load_space(write_yaml(SPACE)))
+
+
+def ok(n: int, **params: Any) -> Observation:
+    return Observation(n, params)
+
+
+def failed(n: int, kind: str, reason: str, **params: Any) -> Observation:
+    return Observation(n, params, kind, reason)
+
+
+def test_a_log_that_names_settings_gives_a_rule_over_the_values_that_failed(write_yaml: Any) -> None:
+    runs = [ok(1, moe_a2a_backend="deepep", ep_size=8, attention_backend="fa3", cuda_graph_max_bs=32),
+            ok(2, moe_a2a_backend="none", ep_size=4, attention_backend="fa3", cuda_graph_max_bs=32),
+            ok(3, moe_a2a_backend="none", ep_size=2, attention_backend="triton", cuda_graph_max_bs=64),
+            ok(4, moe_a2a_backend="none", ep_size=1, attention_backend="flashinfer", cuda_graph_max_bs=64)]
+    fails = [failed(5, "config_error", DEEPEP, moe_a2a_backend="deepep", ep_size=4, attention_backend="fa3",
+                    cuda_graph_max_bs=32),
+             failed(9, "config_error", DEEPEP, moe_a2a_backend="deepep", ep_size=2, attention_backend="triton",
+                    cuda_graph_max_bs=64),
+             failed(11, "config_error", DEEPEP, moe_a2a_backend="deepep", ep_size=1, attention_backend="fa3",
+                    cuda_graph_max_bs=64)]
+    lr = learner(write_yaml)
+    [rule] = lr.learn(runs + fails)
+    assert rule.describe(lr.domains) == ("ep_size != 8 with moe_a2a_backend=deepep -> config_error, "
+                                         "from trials 5, 9, 11 (named by the log)")
+    assert rule.confirmed
+    assert rule.matches({"moe_a2a_backend": "deepep", "ep_size": 2, "attention_backend": "flashinfer"})
+    assert not rule.matches({"moe_a2a_backend": "deepep", "ep_size": 8})
+
+
+def test_one_setting_that_failed_once_is_only_suspected(write_yaml: Any) -> None:
+    runs = [ok(1, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=32),
+            ok(2, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=64),
+            failed(3, "oom", OOM, moe_a2a_backend="none", ep_size=1, attention_backend="fa3",
+                   cuda_graph_max_bs=256)]
+    [rule] = learner(write_yaml).learn(runs)
+    assert rule.params == (("cuda_graph_max_bs", (256,)),) and not rule.confirmed
+    second = failed(4, "oom", OOM, moe_a2a_backend="deepep", ep_size=8,
+                    attention_backend="triton", cuda_graph_max_bs=256)
+    [rule] = [r for r in learner(write_yaml).learn([*runs, second]) if r.confirmed]
+    assert rule.params == (("cuda_graph_max_bs", (256,)),)
+    assert rule.trials == (3, 4), "two different configurations failing the same way confirm it"
+
+
+def test_a_success_that_matches_a_rule_drops_it(write_yaml: Any) -> None:
+    base = dict(moe_a2a_backend="none", ep_size=1, attention_backend="fa3")
+    runs = [ok(1, cuda_graph_max_bs=32, **base), failed(2, "oom", OOM, cuda_graph_max_bs=256, **base),
+            failed(3, "oom", OOM, cuda_graph_max_bs=256, **{**base, "attention_backend": "triton"})]
+    assert learner(write_yaml).learn(runs)
+    contradicted = [*runs, ok(4, cuda_graph_max_bs=256, **{**base, "attention_backend": "flashinfer"})]
+    assert all(not r.confirmed for r in learner(write_yaml).learn(contradicted))
+
+
+def test_ties_are_suspects_and_their_corner_a_rule(write_yaml: Any) -> None:
+    runs = [ok(1, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=32),
+            ok(2, moe_a2a_backend="deepep", ep_size=8, attention_backend="triton", cuda_graph_max_bs=32),
+            failed(3, "crashed", "RuntimeError: CUDA error: an illegal memory access was encountered",
+                   moe_a2a_backend="deepep", ep_size=8, attention_backend="fa3", cuda_graph_max_bs=32)]
+    rules = learner(write_yaml).learn(runs)
+    suspects = [r for r in rules if not r.confirmed]
+    fa3 = ("attention_backend", ("fa3",))
+    ep8, deepep = ("ep_size", (8,)), ("moe_a2a_backend", ("deepep",))
+    assert {r.params for r in suspects} == {(fa3, ep8), (fa3, deepep), (fa3, ep8, deepep)}
+    assert not any(r.confirmed for r in rules), "one unexplained failure confirms nothing"
+
+
+def test_rules_survive_the_store(tmp_path: Path) -> None:
+    from tuner.failure_rules import Rule
+
+    rule = Rule(params=(("ep_size", (1, 2, 4)),), kind="config_error", signature="s", trials=(1, 2), named=True,
+                confirmed=True)
+    assert Rule.from_dict(rule.as_dict()) == rule
