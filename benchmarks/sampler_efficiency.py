@@ -28,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from tuner.live import SweepView  # noqa: E402
-from tuner.results import SweepResults  # noqa: E402
-from tuner.space_loader import load_space  # noqa: E402
-from tuner.study import Sweep, SweepOptions  # noqa: E402
-from workers.sim.offline import OfflineModel  # noqa: E402
+from tuner.live import SweepView
+from tuner.results import SweepResults
+from tuner.space_loader import load_space
+from tuner.study import Sweep, SweepOptions
+from workers.sim.offline import OfflineModel
 
 SPACES = ["search_spaces/demo-sim.yaml", "search_spaces/demo-sim-hopper.yaml",
           "search_spaces/hard-deepseek-v3-h200.yaml", "search_spaces/hard-kimi-k2-b200.yaml",
@@ -120,7 +120,8 @@ def summarize(runs: list[Run], budget: int) -> None:
         print(f"{space:<24} {strategy:<11} {parallel:>3} {sum(s >= 0.97 for s in shares):>3}/{len(rs):<2} "
               f"{statistics.median(shares):>7.1%} {min(shares):>6.1%} "
               f"{statistics.median(reached) if reached else '-':>6} "
-              f"{statistics.mean(r.infeasible for r in rs):>6.1f} {statistics.mean(r.repeated_failures for r in rs):>6.1f} "
+              f"{statistics.mean(r.infeasible for r in rs):>6.1f} "
+              f"{statistics.mean(r.repeated_failures for r in rs):>6.1f} "
               f"{statistics.mean(r.avoided for r in rs):>6.1f} {statistics.mean(r.seconds for r in rs):>6.1f}")
 
 
@@ -144,7 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     _quiet()
     for path in args.spaces:
-        model, optimum = landscape(path)
+        _model, optimum = landscape(path)
         print(f"{Path(path).stem}: optimum {optimum:.2f} modelled tok/s@C16", flush=True)
     tasks = [(s, k, p, seed, args.budget) for s in args.spaces for k in args.strategies for p in args.parallel
              for seed in range(args.seeds)]

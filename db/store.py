@@ -246,7 +246,8 @@ class Store:
     def best_tok_s(self, sweep_id: int) -> float | None:
         """The highest tok/s@C16 measured so far in a sweep (None before the first)."""
         with self._session() as s:
-            q = select(func.max(TrialRun.tok_s)).where(TrialRun.sweep_id == sweep_id, TrialRun.status == RunStatus.OK.value)
+            q = select(func.max(TrialRun.tok_s)).where(TrialRun.sweep_id == sweep_id,
+                                                   TrialRun.status == RunStatus.OK.value)
             value = s.scalar(q)
             return float(value) if value is not None else None
 

@@ -16,6 +16,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
+from tuner.errors import ConfigError
 from tuner.model_sampler import _history, _key
 from tuner.space import SearchSpace
 
@@ -69,10 +70,8 @@ class CoordinateSampler(BaseSampler):
         out = []
         param = next(p for p in self.space.params if p.name == name)
         for value in param.values() or []:
-            wanted = {**current, name: value}
             try:
-                out.append(self.space.build(
-                    lambda p, _: wanted[p.name] if p.name in wanted else (p.values() or [p.low])[0]).params)
-            except Exception:  # forbidden: skip
+                out.append(self.space.from_assignments({**current, name: value}).params)
+            except ConfigError:  # forbidden: skip
                 continue
         return out

@@ -29,6 +29,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.errors import ConfigError
 from tuner.space import Param, SearchSpace
 
 LISTED_CANDIDATES = 60_000  # list the whole space up to this size; else a random pool
@@ -79,7 +80,7 @@ class Encoding:
 
 
 def _kernel(s: np.ndarray, share: float) -> np.ndarray:
-    return share * s + (1.0 - share) * s * s
+    return np.asarray(share * s + (1.0 - share) * s * s)
 
 
 class Posterior:
@@ -126,7 +127,7 @@ def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndar
     z = (mu - best) / sd
     cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
     pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    return (mu - best) * cdf + sd * pdf
+    return np.asarray((mu - best) * cdf + sd * pdf)
 
 
 class PairwiseModelSampler(BaseSampler):
@@ -249,11 +250,9 @@ class PairwiseModelSampler(BaseSampler):
             for b in [{}, *singles[i + 1:]]:
                 if set(a) & set(b):
                     continue
-                merged = {**params, **a, **b}
                 try:
-                    out.append(self.space.build(lambda p, _, m=merged: m.get(p.name, (p.values() or [p.low])[0]))
-                               .params)
-                except Exception:
+                    out.append(self.space.from_assignments({**params, **a, **b}).params)
+                except ConfigError:  # forbidden
                     continue
         return out
 

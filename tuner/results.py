@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from db.store import RunRow, Store, SweepRow
-from workers.types import RunStatus
 from tuner.errors import StudyError
+from workers.types import RunStatus
 
 
 @dataclass(frozen=True)

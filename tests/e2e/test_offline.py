@@ -40,7 +40,8 @@ def test_offline_sweep_records_like_any_sweep_and_learns_failures(tmp_path: Path
     assert again.returncode == 0, again.stderr
     assert "learned before: " in again.stdout, "a resumed sweep starts with the rules it had"
     resumed = json.loads(tuner("show", "--db", "o.db", "--study", "off", "--json", cwd=tmp_path).stdout)
-    keys = [t["config_key"] for t in resumed["trials"] if t["status"] in ("ok", "infeasible") and t["repeat_of"] is None]
+    keys = [t["config_key"] for t in resumed["trials"]
+            if t["status"] in ("ok", "infeasible") and t["repeat_of"] is None]
     assert len(keys) == 30 and len(set(keys)) == 30, "no configuration launched twice"
     script = tuner("export", "--db", "o.db", "--study", "off", cwd=tmp_path)
     assert script.returncode == 0 and "-m sglang.launch_server" in script.stdout

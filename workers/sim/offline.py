@@ -75,7 +75,7 @@ class OfflineModel:
         if rule is None:
             tok_s = outcome.expected_tok_s(bench.concurrency, bench.output_len, self.scenario.saturation_c) * scale
             return OfflineTrial(outcome, tok_s, startup, startup + window)
-        if rule.at == "hang" and rule.after_requests == 0 or startup > startup_timeout_s:
+        if (rule.at == "hang" and rule.after_requests == 0) or startup > startup_timeout_s:
             return OfflineTrial(outcome, None, None, startup_timeout_s, FailureKind.STARTUP_TIMEOUT,
                                 f"server not ready after {startup_timeout_s:g} s (last log line: "
                                 "Scheduler watchdog: no progress)")
@@ -102,10 +102,7 @@ class OfflineModel:
 
 def dying_log(rule: FailureRule, code: int) -> list[str]:
     """The lines the simulated server prints when ``rule`` kills it with exit ``code``."""
-    if rule.at == "warmup":
-        lines = ["Initialization failed. warmup error: Traceback (most recent call last):"]
-    else:
-        lines = []
+    lines = ["Initialization failed. warmup error: Traceback (most recent call last):"] if rule.at == "warmup" else []
     if code == 137:
         return [*lines, "Scheduler hit an exception: Traceback (most recent call last):",
                 '  File "sglang/srt/managers/scheduler.py", line 3120, in run_scheduler_process',

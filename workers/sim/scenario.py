@@ -6,7 +6,8 @@ holds, seeded noise and a ``time_scale``. Matching sees SGLang's parsed options 
 (defaults included, so ``ep_size: 1`` matches an unset ``--ep-size``) and ``env.VAR`` keys.
 
 Value patterns: a scalar matches equal values; a string with ``* ? [`` is a glob; ``<16``,
-``<=16``, ``>48``, ``>=32``, ``!=x`` compare (``!=*glob*``: does not match the glob); a list matches any of its patterns; ``null`` matches
+``<=16``, ``>48``, ``>=32``, ``!=x`` compare (``!=*glob*``: does not match the glob); a list
+matches any of its patterns; ``null`` matches
 an unset option. Effect values: a number multiplies; ``"+75"``/``"-20"`` add; ``"=30"`` sets.
 """
 
