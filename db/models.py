@@ -67,6 +67,7 @@ class TrialRun(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     cached_from: Mapped[int | None] = mapped_column(Integer)
     repeat_of: Mapped[int | None] = mapped_column(Integer)
+    remeasure: Mapped[bool | None] = mapped_column(Boolean)  # a repeat of a surprise: counts in the budget
 
 
 class LearnedRule(Base):

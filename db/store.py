@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, inspect, select, text
+from sqlalchemy import create_engine, event, func, inspect, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -93,6 +93,7 @@ class RunRow:
     finished_at: datetime | None
     cached_from: int | None
     repeat_of: int | None = None
+    remeasure: bool | None = None
 
 
 def _row(obj: Any, cls: type[Any]) -> Any:
@@ -178,10 +179,13 @@ class Store:
 
     # ---- runs ----------------------------------------------------------------------------------
     def record(self, sweep_id: int, result: TrialResult, config: Config, *, status: RunStatus,
-               baseline: bool = False, cached_from: int | None = None, repeat_of: int | None = None) -> RunRow:
+               baseline: bool = False, cached_from: int | None = None, repeat_of: int | None = None,
+               remeasure: bool = False) -> RunRow:
         """Write one trial run (secrets redacted); a second record of the same trial number replaces it.
 
-        ``cached_from``: answered from that trial's run, no launch. ``repeat_of``: a confirmation
+        ``cached_from``: answered from that trial's run, no launch. ``repeat_of``: a second measurement
+        of that trial's configuration (``remeasure``: of a surprising reading, counted in the budget; else
+        a confirmation, not counted).
         measurement of that trial's configuration.
         """
         secrets = secret_values(result.argv, {**config.env, **result.env}, config.flags)
@@ -204,7 +208,7 @@ class Store:
                 gate=asdict(result.gate) if result.gate else None, startup_s=result.startup_s,
                 sglang_version=result.sglang_version, node=result.node, gpu_ids=list(result.gpu_ids),
                 started_at=_ts(result.started_at), finished_at=_ts(result.finished_at), cached_from=cached_from,
-                repeat_of=repeat_of,
+                repeat_of=repeat_of, remeasure=remeasure or None,
             )
             s.add(run)
             s.flush()
@@ -252,11 +256,12 @@ class Store:
             return float(value) if value is not None else None
 
     def count_launched(self, sweep_id: int) -> int:
-        """Distinct configurations launched with a verdict (ok or infeasible): what the budget counts."""
+        """Launches with a verdict (ok or infeasible) of distinct configurations, plus re-measurements of
+        surprises: what the budget counts (confirmations are not counted)."""
         with self._session() as s:
             q = select(func.count()).select_from(TrialRun).where(
                 TrialRun.sweep_id == sweep_id, TrialRun.status.in_(LAUNCHED),
-                TrialRun.repeat_of.is_(None))
+                or_(TrialRun.repeat_of.is_(None), TrialRun.remeasure.is_(True)))
             return int(s.scalar(q) or 0)
 
     # ---- learned failure rules ----------------------------------------------------------------

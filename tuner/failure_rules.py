@@ -15,12 +15,14 @@ resumed sweep derives the same rules, and a rule that a success contradicts is g
 
 One rule explains several failures of a signature only where they differ in parameters whose every
 value failed (``ep_size`` failing at 1, 2 and 4 says nothing about 8); otherwise each failure gets its
-own rule, and rules that differ in one parameter's values merge. A rule is *confirmed* when it is
-the only explanation that fits and two different failing configurations support it, or the log named
-it and it has two or more settings; confirmed rules stop a proposal before it is launched, suspected
-ones (a single setting that failed once, say) only steer the sampler away. Rules of
-one signature that differ in a single parameter merge (``ep_size in {2, 4}``), shown as ``!= 8``
-when they cover every other value of it.
+own rule, and rules that differ in one parameter's values merge.
+
+A rule is *confirmed* (it stops a matching proposal before launch) when the evidence justifies its
+reach: two or more failing configurations support it and, where they differ, they failed at every
+value of that parameter; or the log named it with two or more settings. Otherwise it is *suspected*:
+it only weighs the sampler's proposals down (:data:`SUSPECT_ODDS`), so a setting that failed once,
+or that failed with two of three checkpoint formats, is still tried with the third when the model
+expects it to pay; and the tight box the supporting failures span is confirmed instead.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 from tuner.space import SearchSpace
 
 MAX_RULE_SIZE = 3
+SUSPECT_ODDS = 0.25  # a suspected rule's weight on a proposal it covers
 Pair = tuple[str, Any]
 
 
@@ -162,17 +165,15 @@ class Learner:
         return True
 
     def _rules_for(self, sig: str, failures: list[Observation], successes: list[frozenset[Pair]]) -> list[Rule]:
-        kind = failures[0].failure_kind or ""
         distinct = {frozenset(_pairs(f.params)): f for f in failures}
 
-        def supported(cause: frozenset[Pair]) -> list[int]:
-            return [g.trial_number for g in failures if frozenset(_pairs(g.params)) >= cause]
+        def judged(cause: frozenset[Pair], named: bool) -> list[Rule]:
+            return self._judged(cause, [f for p, f in distinct.items() if p >= cause], sig, named)
 
         if len(distinct) > 1 and self._covered(list(distinct)):
             together = _minimal_causes(frozenset.intersection(*distinct), successes)
             if len(together) == 1:
-                named = any(set(together[0]) & set(self.named_pairs(f)) for f in failures)
-                return [_rule(together[0], kind, sig, supported(together[0]), named, True)]
+                return judged(together[0], any(set(together[0]) & set(self.named_pairs(f)) for f in failures))
         rules = []
         for pairs, f in distinct.items():
             core = frozenset(self.named_pairs(f))
@@ -180,15 +181,33 @@ class Learner:
             named = bool(causes)
             causes = causes or _minimal_causes(pairs, successes)
             if len(causes) == 1:
-                trials = supported(causes[0])
-                confirmed = len(trials) > 1 or (named and len(causes[0]) > 1)
-                rules.append(_rule(causes[0], kind, sig, trials, named, confirmed))
+                rules.extend(judged(causes[0], named))
             elif causes:  # several explanations fit: each is a suspect until more launches tell them apart,
-                rules.extend(_rule(c, kind, sig, supported(c), named, False) for c in causes)
-                joined = frozenset().union(*causes)  # but all of them together is this failure's corner
-                trials = supported(joined)
-                rules.append(_rule(joined, kind, sig, trials, named, named or len(trials) > 1))
+                rules.extend(_rule(c, failures, sig, named, False) for c in causes)
+                rules.extend(judged(frozenset().union(*causes), named))  # all of them together: the corner
         return rules
+
+    def _judged(self, cause: frozenset[Pair], supports: list[Observation], sig: str, named: bool) -> list[Rule]:
+        """``cause`` as a confirmed rule where the evidence justifies it; else a suspected rule, plus
+        (with two or more supporting failures) the tight box around them as a confirmed one."""
+        spans = _spans(supports, {n for n, _ in cause})
+        justified = all(set(vals) >= set(self.domains.get(n) or vals) for n, vals in spans.items() if len(vals) > 1)
+        if justified and (len(supports) > 1 or (named and len(cause) > 1)):
+            return [_rule(cause, supports, sig, named, True)]
+        rules = [_rule(cause, supports, sig, named, False)]
+        if len(supports) > 1:
+            narrow = [(n, vals) for n, vals in spans.items() if not set(vals) >= set(self.domains.get(n) or ())]
+            box = Rule(params=tuple(sorted([*((n, (v,)) for n, v in cause), *narrow], key=repr)),
+                       kind=supports[0].failure_kind or "", signature=sig,
+                       trials=tuple(sorted(f.trial_number for f in supports)), named=named, confirmed=True)
+            rules.append(box)
+        return rules
+
+
+def _spans(supports: list[Observation], skip: set[str]) -> dict[str, tuple[Any, ...]]:
+    """For each parameter every supporting failure has (but those in ``skip``): the values they had."""
+    names = set.intersection(*(set(f.params) for f in supports)) - skip
+    return {n: tuple(sorted({f.params[n] for f in supports}, key=repr)) for n in sorted(names)}
 
 
 def _pairs(params: dict[str, Any]) -> list[Pair]:
@@ -208,9 +227,10 @@ def _minimal_causes(pairs: frozenset[Pair], successes: Sequence[frozenset[Pair]]
     return []
 
 
-def _rule(cause: frozenset[Pair], kind: str, sig: str, trials: list[int], named: bool, confirmed: bool) -> Rule:
-    return Rule(params=tuple((n, (v,)) for n, v in sorted(cause, key=repr)), kind=kind, signature=sig,
-                trials=tuple(sorted(set(trials))), named=named, confirmed=confirmed)
+def _rule(cause: frozenset[Pair], supports: list[Observation], sig: str, named: bool, confirmed: bool) -> Rule:
+    trials = [f.trial_number for f in supports if all(f.params.get(n) == v for n, v in cause)]
+    return Rule(params=tuple((n, (v,)) for n, v in sorted(cause, key=repr)), kind=supports[0].failure_kind or "",
+                signature=sig, trials=tuple(sorted(set(trials))), named=named, confirmed=confirmed)
 
 
 def _merge(rules: list[Rule]) -> list[Rule]:
@@ -271,9 +291,10 @@ class RuleBook:
         """Does a confirmed rule cover ``params``?"""
         return self.blocking(params) is not None
 
-    def suspects(self, params: dict[str, Any]) -> bool:
-        """Does an unconfirmed rule cover ``params`` (the sampler tries such configurations last)?"""
-        return any(not r.confirmed and r.matches(params) for r in self.rules)
+    def feasibility(self, params: dict[str, Any]) -> float:
+        """How much the suspected rules doubt ``params`` will run: 1.0 when none covers it, each
+        covering one multiplies by :data:`SUSPECT_ODDS` (the sampler weighs its proposals by this)."""
+        return float(SUSPECT_ODDS ** sum(not r.confirmed and r.matches(params) for r in self.rules))
 
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         """(text, JSON form) of every rule, for the store."""

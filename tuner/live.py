@@ -96,7 +96,8 @@ class SweepView:
             self.baseline = run
         if run.tok_s is not None and run.status == "ok" and (self.best is None or run.tok_s > (self.best.tok_s or 0)):
             self.best = run
-        again = f" (confirming #{run.repeat_of})" if run.repeat_of is not None else ""
+        again = (f" ({'re-measuring' if run.remeasure else 'confirming'} #{run.repeat_of})"
+                 if run.repeat_of is not None else "")
         self.log(f"trial {run.trial_number} [{launched}/{self.budget}] {config_summary(run.params, 70)} -> "
                  f"{self._fmt(run)}{again}")
 

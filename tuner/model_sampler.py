@@ -12,8 +12,10 @@ Each proposal is the configuration with the highest expected improvement among t
 whole space when it can be listed, else a random pool plus every one- and two-setting move from the
 best configurations), skipping configurations already measured, in flight (told to the model as
 their predicted value, so parallel proposals differ), forbidden, or covered by a confirmed failure
-rule; a candidate close to known failures, or covered by a suspected rule, is discounted.
-The first proposals are a spread-out random design.
+rule; a candidate close to known failures, or covered by a suspected rule, is weighed down.
+The first proposals are a spread-out random design. A reading far below what the model expects of
+a configuration it expects to be near the best is a *surprise* (:meth:`PairwiseModelSampler.surprise`):
+the sweep measures it once more rather than let one noisy reading end that line.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import ConfigError
 from tuner.space import Param, SearchSpace
 
+SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model's expectation ...
+SURPRISE_NEAR_BEST = 0.97  # ... of a configuration expected within 3% of the best is measured again
 LISTED_CANDIDATES = 60_000  # list the whole space up to this size; else a random pool
 POOL = 4000
 INIT_DESIGN = 6
-SUSPECT_DISCOUNT = 0.2
 ORDINAL_DECAY = 0.5  # similarity of neighbouring values of an ordered parameter
 LENGTHS = (0.25, 0.5, 0.75)  # share of the prior variance on the linear (vs pairwise) term
 NOISES = (1e-3, 1e-2, 5e-2)  # noise variance, as a share of the prior variance
@@ -100,7 +103,8 @@ class Posterior:
                     best = (ll, share, noise)
         assert best is not None
         _, self.share, noise = best
-        k = self.var * _kernel(s, self.share) + noise * self.var * np.eye(len(y))
+        self.noise_var = noise * self.var
+        k = self.var * _kernel(s, self.share) + self.noise_var * np.eye(len(y))
         self.chol = np.linalg.cholesky(k)
         self.alpha = np.linalg.solve(self.chol.T, np.linalg.solve(self.chol, yc))
 
@@ -134,20 +138,20 @@ class PairwiseModelSampler(BaseSampler):
     """Proposes whole configurations of ``space`` (see module docstring)."""
 
     def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool],
-                 suspected: Callable[[Params], bool] | None = None, seed: int | None = None,
+                 feasibility: Callable[[Params], float] | None = None, seed: int | None = None,
                  init_design: int = INIT_DESIGN, epoch: Callable[[], int] | None = None) -> None:
-        """``blocked``/``suspected`` answer for whole configurations and may change only when
-        ``epoch()`` does (results are cached per epoch)."""
+        """``blocked`` (never propose) and ``feasibility`` (a weight in 0..1 on a proposal) answer for
+        whole configurations and may change only when ``epoch()`` does (results are cached per epoch)."""
         self.space = space
         self.blocked = blocked
-        self.suspected = suspected or (lambda _: False)
+        self.feasibility = feasibility or (lambda _: 1.0)
         self.rng = random.Random(seed)
         self.init_design = init_design
         self.enc = Encoding(space)
         self._fallback = RandomSampler(seed=seed)
         self.epoch = epoch or (lambda: 0)
         self._listed: list[Params] | None = None
-        self._listed_flags: list[tuple[bool, bool]] | None = None
+        self._listed_flags: list[tuple[bool, float]] | None = None
         self._listed_epoch = -1
         if space.cardinality() <= LISTED_CANDIDATES:
             self._listed = list(space.iter_configs())
@@ -170,6 +174,31 @@ class PairwiseModelSampler(BaseSampler):
         """Only reached when nothing was proposed: a random value."""
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
+    # ---- surprises ----------------------------------------------------------------------------
+    def surprise(self, trials: Sequence[FrozenTrial], number: int) -> float | None:
+        """The tok/s the model expected of trial ``number`` when its one reading is far below it and the
+        expectation is near the best so far (worth measuring again), else None."""
+        trial = next((t for t in trials if t.number == number), None)
+        if trial is None or not trial.params or trial.value is None or trial.value <= 0:
+            return None
+        key = _key(trial.params)
+        readings = [t for t in trials if t.params and _key(t.params) == key and t.value
+                    and t.user_attrs.get("status") == "ok"]
+        measured, _, _ = _history(trials, number)
+        measured.pop(key, None)
+        if len(readings) != 1 or len(measured) < self.init_design:
+            return None
+        keys = list(measured)
+        post = Posterior(self.enc, np.array([self.enc.encode(dict(k)) for k in keys]),
+                         np.array([math.log(measured[k]) for k in keys]))
+        mu, sd = post.predict(self.enc.encode(trial.params)[None, :])
+        spread = math.sqrt(float(sd[0]) ** 2 + post.noise_var)
+        expected = math.exp(float(mu[0]))
+        if expected >= SURPRISE_NEAR_BEST * max(measured.values()) and \
+                math.log(trial.value) < float(mu[0]) - SURPRISE_SIGMAS * spread:
+            return expected
+        return None
+
     # ---- the proposal --------------------------------------------------------------------------
     def propose(self, trials: Sequence[FrozenTrial], number: int) -> Params | None:
         """The configuration with the best expected improvement, given the study's trials."""
@@ -181,10 +210,10 @@ class PairwiseModelSampler(BaseSampler):
             return None
         if len(measured) < self.init_design or len({round(v, 9) for v in measured.values()}) < 2:
             return self._spread([params[i] for i in keep], [*map(dict, measured), *failed, *running])
-        suspect = np.array([flags[i][1] for i in keep])
-        return params[keep[self._best_ei(rows[keep], suspect, measured, failed, running)]]
+        doubt = np.array([flags[i][1] for i in keep])
+        return params[keep[self._best_ei(rows[keep], doubt, measured, failed, running)]]
 
-    def _best_ei(self, cand: np.ndarray, suspect: np.ndarray, measured: dict[Any, float], failed: list[Params],
+    def _best_ei(self, cand: np.ndarray, doubt: np.ndarray, measured: dict[Any, float], failed: list[Params],
                  running: list[Params]) -> int:
         """Index (in ``cand``) of the candidate with the best discounted expected improvement."""
         keys = list(measured)
@@ -197,7 +226,7 @@ class PairwiseModelSampler(BaseSampler):
         mu, sd = post.predict(cand)
         score = expected_improvement(mu, sd, float(y.max()))
         score *= self._feasibility(cand, x, failed)
-        score *= np.where(suspect, SUSPECT_DISCOUNT, 1.0)
+        score *= doubt
         top = np.flatnonzero(score >= score.max() * (1 - 1e-9))
         return int(top[self.rng.randrange(len(top))])
 
@@ -219,13 +248,13 @@ class PairwiseModelSampler(BaseSampler):
         s = self.enc.similarity(np.array([self.enc.encode(p) for p in pool]), t).max(axis=1)
         return pool[int(np.argmin(s))]
 
-    def _candidates(self, measured: dict[Any, float]) -> tuple[list[Params], np.ndarray, list[tuple[bool, bool]]]:
+    def _candidates(self, measured: dict[Any, float]) -> tuple[list[Params], np.ndarray, list[tuple[bool, float]]]:
         """Candidate configurations, their rows, and (blocked, suspected) for each; the listed space's
         flags are cached until the rules change."""
         if self._listed is not None:
             epoch = self.epoch()
             if self._listed_flags is None or self._listed_epoch != epoch:
-                self._listed_flags = [(self.blocked(p), self.suspected(p)) for p in self._listed]
+                self._listed_flags = [(self.blocked(p), self.feasibility(p)) for p in self._listed]
                 self._listed_epoch = epoch
             return self._listed, self._listed_rows, self._listed_flags
         pool = [self._random_config() for _ in range(POOL)]
@@ -233,7 +262,7 @@ class PairwiseModelSampler(BaseSampler):
             pool.extend(self._moves(dict(key)))
         pool = [p for p in pool if not self.space.violates(p)]
         rows = np.array([self.enc.encode(p) for p in pool]).reshape(len(pool), len(self.enc.params))
-        return pool, rows, [(self.blocked(p), self.suspected(p)) for p in pool]
+        return pool, rows, [(self.blocked(p), self.feasibility(p)) for p in pool]
 
     def _random_config(self) -> Params:
         return self.space.build(lambda p, _: self.rng.choice(p.values() or [p.low, p.high])).params

@@ -52,10 +52,10 @@ class Recorder:
         self.artifacts = artifacts
 
     def finish(self, study: optuna.Study, trial: optuna.Trial, config: Config, result: TrialResult, *,
-               baseline: bool, repeat_of: int | None = None) -> RunRow:
+               baseline: bool, repeat_of: int | None = None, remeasure: bool = False) -> RunRow:
         """Record a launched trial and tell Optuna."""
         run = self.store.record(self.sweep.id, result, config, status=status_of(result), baseline=baseline,
-                                repeat_of=repeat_of)
+                                repeat_of=repeat_of, remeasure=remeasure)
         self._attach(trial, run, self.store.server_log(self.sweep.id, run.trial_number))
         self._tell(study, trial, run)
         return run

@@ -114,7 +114,7 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
     if name == "model":
         from tuner.model_sampler import PairwiseModelSampler
 
-        return PairwiseModelSampler(space, blocked, learned.suspects if learned else None, seed=seed,
+        return PairwiseModelSampler(space, blocked, learned.feasibility if learned else None, seed=seed,
                                     epoch=(lambda: learned.epoch) if learned else None)
     if name == "coordinate":
         from tuner.coordinate import CoordinateSampler

@@ -73,6 +73,7 @@ class Pending:
     baseline: bool
     retry_of: int | None
     repeat_of: int | None
+    remeasure: bool = False
     sent_at: float = field(default_factory=time.time)
 
 
@@ -318,7 +319,8 @@ class Sweep:
         if repeat_of is not None and quota.confirmations is not None:
             quota.confirmations -= 1
         flight.answered_in_a_row = 0
-        return Pending(trial, config, flight.idle.pop(0), baseline, trial.user_attrs.get("retry_of"), repeat_of)
+        return Pending(trial, config, flight.idle.pop(0), baseline, trial.user_attrs.get("retry_of"), repeat_of,
+                       bool(trial.user_attrs.get("remeasure")))
 
     def _answered(self, ctx: Context, flight: Flight, trial: optuna.Trial, config: Config) -> bool:
         """Answer a proposal without a launch when a learned rule covers it, the store measured it, or
@@ -366,13 +368,15 @@ class Sweep:
 
     def _finish(self, ctx: Context, p: Pending, result: TrialResult) -> None:
         run = self.recorder.finish(ctx.study, p.trial, p.config, result, baseline=p.baseline,
-                                   repeat_of=p.repeat_of)
+                                   repeat_of=p.repeat_of, remeasure=p.remeasure)
         self._infra_failures = self._infra_failures + 1 if run.status == RunStatus.FAILED else 0
         if run.status == RunStatus.INTERRUPTED or (run.status == RunStatus.FAILED and p.retry_of is None):
             attrs = {"retry_of": p.trial.number, "baseline": p.baseline}
             if p.repeat_of is not None:
-                attrs["repeat_of"] = p.repeat_of
+                attrs.update(repeat_of=p.repeat_of, remeasure=p.remeasure)
             ctx.study.enqueue_trial(p.trial.params, user_attrs=attrs)
+        if run.status == RunStatus.OK and p.repeat_of is None and not p.baseline:
+            self._remeasure_if_surprising(ctx, p)
         ctx.view.finished(run, result.finished_at - result.started_at, self.store.count_launched(ctx.sweep.id))
         if run.status in (RunStatus.OK, RunStatus.INFEASIBLE):
             for rule in ctx.rules.refresh(self.store.runs(ctx.sweep.id)):
@@ -383,6 +387,18 @@ class Sweep:
         if self._infra_failures >= MAX_CONSECUTIVE_INFRA_FAILURES * max(len(ctx.slots), 1):
             raise ClusterError(f"{self._infra_failures} trials in a row failed for reasons of the nodes, not of "
                                f"their configurations; last: {run.failure_reason}")
+
+    def _remeasure_if_surprising(self, ctx: Context, p: Pending) -> None:
+        """Queue one more launch of a configuration whose reading the sampler's model did not expect
+        (counted in the budget); samplers without a model never ask for one."""
+        surprise = getattr(ctx.study.sampler, "surprise", None)
+        if surprise is None:
+            return
+        expected = surprise(ctx.study.get_trials(deepcopy=False), p.trial.number)
+        if expected is not None:
+            ctx.view.log(f"trial {p.trial.number} read far below the {expected:.1f} tok/s@C16 the model expected "
+                         "of it: measuring it once more")
+            ctx.study.enqueue_trial(p.trial.params, user_attrs={"repeat_of": p.trial.number, "remeasure": True})
 
     def _abort(self, ctx: Context, flight: Flight, exc: BaseException) -> None:
         """Stop every server, record the trials in flight as interrupted, and re-raise."""

@@ -64,9 +64,24 @@ def test_one_setting_that_failed_once_is_only_suspected(write_yaml: Any) -> None
     assert rule.params == (("cuda_graph_max_bs", (256,)),) and not rule.confirmed
     second = failed(4, "oom", OOM, moe_a2a_backend="deepep", ep_size=8,
                     attention_backend="triton", cuda_graph_max_bs=256)
-    [rule] = [r for r in learner(write_yaml).learn([*runs, second]) if r.confirmed]
-    assert rule.params == (("cuda_graph_max_bs", (256,)),)
-    assert rule.trials == (3, 4), "two different configurations failing the same way confirm it"
+    rules = learner(write_yaml).learn([*runs, second])
+    [general] = [r for r in rules if not r.confirmed and r.trials == (3, 4)]
+    assert general.params == (("cuda_graph_max_bs", (256,)),)
+    [box] = [r for r in rules if r.confirmed]
+    assert dict(box.params) == {"cuda_graph_max_bs": (256,), "ep_size": (1, 8), "attention_backend": ("fa3", "triton")
+                                }, "only the corner the failures span is certain (both a2a values failed)"
+    assert not box.matches({"cuda_graph_max_bs": 256, "ep_size": 4, "attention_backend": "fa3",
+                            "moe_a2a_backend": "none"}), "ep_size 4 at bs 256 was never tried: not blocked"
+
+
+def test_failures_at_every_value_of_a_setting_generalise_over_it(write_yaml: Any) -> None:
+    base = dict(moe_a2a_backend="none", ep_size=1, cuda_graph_max_bs=256)
+    runs = [ok(1, **{**base, "cuda_graph_max_bs": 32}, attention_backend="fa3"),
+            ok(2, **{**base, "cuda_graph_max_bs": 64}, attention_backend="triton"),
+            *(failed(3 + i, "oom", OOM, **base, attention_backend=a) for i, a in enumerate(["fa3", "flashinfer",
+                                                                                          "triton"]))]
+    [rule] = learner(write_yaml).learn(runs)
+    assert rule.confirmed and rule.params == (("cuda_graph_max_bs", (256,)),) and rule.trials == (3, 4, 5)
 
 
 def test_a_success_that_matches_a_rule_drops_it(write_yaml: Any) -> None:
