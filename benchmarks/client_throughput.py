@@ -22,9 +22,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.types import BenchConfig
 from tests.conftest import steady_sim
 from workers.bench import run_benchmark
-from workers.types import BenchConfig
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.types import BenchResult, TrialResult
 from db.store import Store
 from tests.conftest import SPACES, start_sim
 from tuner.recording import Recorder, artifact_store
@@ -30,7 +31,6 @@ from tuner.sampler import make_sampler
 from tuner.space_loader import load_space
 from tuner.study_db import open_study
 from workers.sim.offline import OfflineModel
-from workers.types import BenchResult, TrialResult
 
 SCENARIO = "name: o\ntime_scale: 100\nbase: {tok_s_c16: 20, ttft_ms: 100, startup_s: 100}\nnoise: {cv: 0}\n"
 

@@ -20,9 +20,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.types import BenchConfig
 from tests.conftest import steady_sim
 from workers.bench import run_benchmark
-from workers.types import BenchConfig
 
 TIME_SCALE, TTFT_MS, OUTPUT_LEN, INPUT_LEN = 30, 300, 192, 256
 

@@ -51,7 +51,7 @@ class TrialRun(Base):
     flags: Mapped[dict[str, Any]] = mapped_column(JSON)
     argv: Mapped[list[str]] = mapped_column(JSON)
     env: Mapped[dict[str, str]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(20))  # a workers.types.RunStatus value
+    status: Mapped[str] = mapped_column(String(20))  # a core.types.RunStatus value
     failure_kind: Mapped[str | None] = mapped_column(String(30))
     failure_reason: Mapped[str] = mapped_column(Text, default="")
     log_tail: Mapped[str] = mapped_column(Text, default="")

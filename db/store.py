@@ -21,10 +21,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from core.errors import StoreError
+from core.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
+from core.types import Config, RunStatus, TrialResult
 from db.models import Base, LearnedRule, Sweep, TrialRun
-from tuner.errors import StoreError
-from tuner.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
-from workers.types import Config, RunStatus, TrialResult
 
 BUSY_TIMEOUT_S = 30.0
 MAX_LOG_CHARS = 1_000_000

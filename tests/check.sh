@@ -7,4 +7,5 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q -e '.[dev]'
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports
 .venv/bin/pytest -q "$@"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from workers.types import BenchResult
+from core.types import BenchResult
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = ROOT / "search_spaces"
@@ -34,10 +34,10 @@ def start_sim(scenario: Path | str, flags: dict[str, object], log_dir: Path, env
     """Launch the simulated engine like the tuner does (render + ServerProcess); optionally wait ready."""
     import sys
 
-    from tuner.flags import FlagTable
-    from tuner.render import render
+    from core.flags import FlagTable
+    from core.render import render
+    from core.types import Config, EngineSpec
     from workers.server import ServerProcess, free_port
-    from workers.types import Config, EngineSpec
 
     port = free_port()
     engine = EngineSpec(kind="sim", python=sys.executable, scenario=str(scenario))

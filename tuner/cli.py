@@ -1,5 +1,5 @@
 """The ``tuner`` command line. It only parses arguments, calls the library and turns
-:class:`tuner.errors.TunerError` into a one-line message and the error's exit code."""
+:class:`core.errors.TunerError` into a one-line message and the error's exit code."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from tuner.errors import TunerError
+from core.errors import TunerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest SGLang launch configuration for a model on your GPUs.")
@@ -39,7 +39,7 @@ PythonOpt = Annotated[str | None, typer.Option("--sglang-python",
 
 
 def _flag_table(python: str | None, version: str) -> Any:
-    from tuner.flags import FlagTable, introspect
+    from core.flags import FlagTable, introspect
 
     return introspect(python) if python else FlagTable.bundled(version)
 
@@ -72,8 +72,8 @@ def render(
     sglang_python: PythonOpt = None,
 ) -> None:
     """Print the exact launch command and env of one configuration (unset params: first choice)."""
-    from tuner.render import render as render_cmd
-    from tuner.render import shell_command
+    from core.render import render as render_cmd
+    from core.render import shell_command
     from tuner.space_loader import load_space, parse_assignments
 
     def go() -> None:
@@ -105,10 +105,10 @@ def bench(
     import asyncio
     import json
 
-    from tuner.errors import ConfigError
+    from core.errors import ConfigError
+    from core.types import BenchConfig
     from tuner.views import print_bench
     from workers.bench import run_benchmark
-    from workers.types import BenchConfig
 
     def go() -> None:
         if api not in ("generate", "completions"):

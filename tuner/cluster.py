@@ -2,8 +2,8 @@
 one GPU-group actor per ``gpus_per_trial`` GPUs the cluster has.
 
 Without GPUs (the simulated engine on a laptop or in CI) the local instance is given fake GPU
-resources: ``--gpus N`` or the scenario's GPU count. Ray sets CUDA_VISIBLE_DEVICES to fake ids,
-which the simulated engine ignores.
+resources: ``gpus`` (the launcher passes ``--gpus N`` or the scenario's GPU count). Ray sets
+CUDA_VISIBLE_DEVICES to fake ids, which the simulated engine ignores.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.errors import ClusterError
+from core.errors import ClusterError
+from core.types import EngineSpec
 from workers.gpu_group import GPUGroup
 from workers.node import NodeInfo
-from workers.types import EngineSpec
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
 ACTOR_READY_TIMEOUT_S = 180.0
@@ -61,13 +61,7 @@ class Cluster:
             if self.address:
                 ray.init(address=self.address, **kwargs)
             else:
-                num_gpus = self.gpus
-                if num_gpus is None and self.engine.kind == "sim":
-                    from workers.sim.scenario import load_scenario
-
-                    assert self.engine.scenario is not None
-                    num_gpus = load_scenario(self.engine.scenario).gpu.count
-                ray.init(address="local", num_gpus=num_gpus, num_cpus=max(2, os.cpu_count() or 2),
+                ray.init(address="local", num_gpus=self.gpus, num_cpus=max(2, os.cpu_count() or 2),
                          object_store_memory=OBJECT_STORE_BYTES, **kwargs)
                 self._owns_ray = True
         except (ConnectionError, RuntimeError, ValueError) as exc:

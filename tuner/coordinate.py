@@ -16,7 +16,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
-from tuner.errors import ConfigError
+from core.errors import ConfigError
 from tuner.model_sampler import _history, _key
 from tuner.space import SearchSpace
 

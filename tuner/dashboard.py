@@ -15,8 +15,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
 
+from core.errors import ConfigError, StudyError
 from db.store import sqlite_url
-from tuner.errors import ConfigError, StudyError
 from tuner.recording import artifact_store
 
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
+from core.errors import ConfigError, StudyError
+from core.flags import BUNDLED_VERSIONS, FlagTable
+from core.redact import REDACTED, is_secret_option
 from db.store import RunRow, SweepRow
-from tuner.errors import ConfigError, StudyError
-from tuner.flags import BUNDLED_VERSIONS, FlagTable
-from tuner.redact import REDACTED, is_secret_option
 from tuner.results import SweepResults, load_results
 
 TUNER_OWNED = ("--host", "--port")

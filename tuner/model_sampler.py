@@ -31,7 +31,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.errors import ConfigError
+from core.errors import ConfigError
 from tuner.space import Param, SearchSpace
 
 SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model's expectation ...

@@ -17,9 +17,9 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
+from core.types import Config, FailureKind, RunStatus, TrialResult
 from db.store import RunRow, Store, SweepRow
 from tuner.export import launch_script
-from workers.types import Config, FailureKind, RunStatus, TrialResult
 
 INFEASIBLE_VALUE = 0.0
 SCALAR_METRICS = (("ttft_p50_ms", "ttft_ms"), ("tpot_p50_ms", "tpot_ms"), ("itl_p50_ms", "itl_ms"))

@@ -6,9 +6,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import StudyError
+from core.types import RunStatus
 from db.store import RunRow, Store, SweepRow
-from tuner.errors import StudyError
-from workers.types import RunStatus
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.errors import ConfigError
+from core.errors import ConfigError
 from tuner.failure_rules import RuleBook
 from tuner.space import SearchSpace
 

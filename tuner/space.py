@@ -1,5 +1,5 @@
 """A compiled search space: parameters (categorical, int, float, composite, conditional), forbid
-rules, and the fixed base settings. It samples a :class:`~workers.types.Config` from an Optuna
+rules, and the fixed base settings. It samples a :class:`~core.types.Config` from an Optuna
 trial (define-by-run), enumerates the space, and checks every setting against a flag table.
 
 Parameter names are stable: a top-level parameter keeps its YAML name; a parameter nested under a
@@ -19,10 +19,10 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from tuner.errors import ConfigError
-from tuner.hardware import Pruned
+from core.errors import ConfigError
+from core.hardware import Pruned
+from core.types import BenchConfig, Config, EngineSpec, GateConfig, GatePrompt
 from tuner.space_file import SpaceFile
-from workers.types import BenchConfig, Config, EngineSpec, GateConfig, GatePrompt
 
 ENUMERATION_CAP = 1_000_000
 

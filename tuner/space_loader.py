@@ -11,11 +11,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tuner.errors import ConfigError, FlagError
-from tuner.flags import FlagTable
-from tuner.hardware import Pruned, violated_rule
+from core.errors import ConfigError, FlagError
+from core.flags import FlagTable
+from core.hardware import Pruned, violated_rule
+from core.validation import format_validation_error
 from tuner.space import Param, SearchSpace, Settings
-from tuner.space_file import ParamSpec, SpaceFile, format_validation_error, load_space_file
+from tuner.space_file import ParamSpec, SpaceFile, load_space_file
 
 
 def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, Any]:
@@ -152,7 +153,7 @@ def check_flags(space: SearchSpace, table: FlagTable) -> None:
 
 
 def apply_hardware(space: SearchSpace, arch: str | None) -> SearchSpace:
-    """Drop the choices that cannot run on ``arch`` (see tuner.hardware); ConfigError if none is left."""
+    """Drop the choices that cannot run on ``arch`` (see core.hardware); ConfigError if none is left."""
     if arch is None:
         return space
 

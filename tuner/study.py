@@ -22,13 +22,14 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from core.errors import ClusterError
+from core.redact import scrub, secret_values
+from core.types import Config, FailureKind, RunStatus, TrialResult, TrialSpec
 from db.store import Store, SweepRow
-from tuner.errors import ClusterError
 from tuner.failure_rules import RuleBook
 from tuner.launchers.base import Finished, Launcher, Slot
 from tuner.live import GroupView, SweepView
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
-from tuner.redact import scrub, secret_values
 from tuner.results import SweepResults
 from tuner.sampler import make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace
@@ -36,7 +37,6 @@ from tuner.space_loader import apply_hardware, check_flags, load_space
 from tuner.study_db import check_resumable, distinct_configurations, open_study
 from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.node import NodeInfo
-from workers.types import Config, FailureKind, RunStatus, TrialResult, TrialSpec
 
 STOP = threading.Event()  # set by the CLI's SIGINT/SIGTERM handler; checked by the loop
 MAX_CONSECUTIVE_REPEATS = 100
@@ -165,11 +165,7 @@ class Sweep:
         """Run to the budget; returns the sweep. Raises SweepInterrupted on Ctrl-C."""
         STOP.clear()
         space = load_space(self.opts.space_path)  # a bad file stops here: nothing written, nothing started
-        if space.file.scenario:
-            from workers.sim.scenario import load_scenario
-
-            load_scenario(str(Path(space.path).parent / space.file.scenario))
-        launcher = self.launcher_factory(space, self.opts)
+        launcher = self.launcher_factory(space, self.opts)  # so does a bad scenario
         watchdog = start_watchdog()
         try:
             node, slots = launcher.start()

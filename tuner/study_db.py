@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 from optuna.samplers import BaseSampler
 
+from core.errors import ConfigError, StudyError
 from db.store import sqlite_url
-from tuner.errors import ConfigError, StudyError
 from tuner.space import SearchSpace
 
 METRIC_NAMES = ["tok/s@C16"]

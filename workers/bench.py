@@ -8,7 +8,7 @@ from the server's cumulative ``meta_info.completion_tokens`` (native ``/generate
 decoding's multi-token chunks count exactly. See :mod:`workers.metrics` and docs/metrics.md.
 
 The transport is a parameter (``httpx.MockTransport`` in tests). Failures never raise anything
-but :class:`tuner.errors.BenchmarkError`, and never hang past the whole-run timeout.
+but :class:`core.errors.BenchmarkError`, and never hang past the whole-run timeout.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 
 import httpx
 
-from tuner.errors import BenchmarkError
+from core.errors import BenchmarkError
+from core.types import BenchConfig, BenchResult
 from workers.metrics import (
     Record,
     accept_length,
@@ -38,7 +39,6 @@ from workers.metrics import (
     tpot_samples,
     ttft_samples,
 )
-from workers.types import BenchConfig, BenchResult
 
 FAILURE_BACKOFF_S = 0.05
 EARLY_ABORT_FAILURES = 32

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from workers.types import FailureKind
+from core.types import FailureKind
 
 # Checked in order: the first kind with a matching line wins.
 SIGNATURES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
+from core.types import GateCheck, GateConfig, GatePrompt, GateResult
 from workers.bench import auth_headers
-from workers.types import GateCheck, GateConfig, GatePrompt, GateResult
 
 DEFAULT_PROMPT = GatePrompt(text="The capital of France is", max_new_tokens=16)
 REPEAT_MIN_TOKENS = 4

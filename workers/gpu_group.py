@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 
+from core.types import EngineSpec, TrialResult, TrialSpec
 from workers.node import NodeInfo, probe_node
 from workers.procs import sweep_orphans
 from workers.trial import Phase, TrialRunner
-from workers.types import EngineSpec, TrialResult, TrialSpec
 
 
 def _assigned_gpu_ids() -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from tuner.hardware import arch_from_capability
+from core.hardware import arch_from_capability
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from tuner.flags import FlagTable, table_for
+from core.flags import FlagTable, table_for
+from core.types import EngineSpec
 from workers.gpus import GpuInfo, detect_gpus
-from workers.types import EngineSpec
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tuner.errors import ServerStartError, ServerTimeoutError
+from core.errors import ServerStartError, ServerTimeoutError
+from core.types import FailureKind, LaunchCommand
 from workers.bench import auth_headers
 from workers.failures import FATAL_LINES, classify, reason_line
 from workers.procs import sweep_orphans, terminate_all
-from workers.types import FailureKind, LaunchCommand
 
 READY_LINE = "The server is fired up and ready to roll!"
 PR_SET_PDEATHSIG = 1

@@ -1,7 +1,7 @@
 """Run one trial end to end on this node: render -> start -> ready -> gate -> benchmark -> stop.
 
 :class:`TrialRunner` is what the GPU-group actor wraps; it has no Ray in it, so tests drive it
-directly. Every outcome is a :class:`~workers.types.TrialResult`; nothing raises out of ``run``
+directly. Every outcome is a :class:`~core.types.TrialResult`; nothing raises out of ``run``
 except programming errors. ``interrupt()`` (from another thread) stops the server at once and
 makes the result ``interrupted``.
 """
@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.errors import BenchmarkError, FlagError, ServerError
-from tuner.flags import FlagTable
-from tuner.redact import scrub, secret_values
-from tuner.render import render
+from core.errors import BenchmarkError, FlagError, ServerError
+from core.flags import FlagTable
+from core.redact import scrub, secret_values
+from core.render import render
+from core.types import BenchResult, FailureKind, GateResult, TrialResult, TrialSpec
 from workers.bench import run_benchmark
 from workers.failures import classify, reason_line
 from workers.gate import run_gate
 from workers.gpus import wait_gpus_released
 from workers.server import ServerProcess, free_port
-from workers.types import BenchResult, FailureKind, GateResult, TrialResult, TrialSpec
 
 
 @dataclass(frozen=True)

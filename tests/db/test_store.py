@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import StoreError
+from core.types import Config, FailureKind, TrialResult
 from db.store import Store
 from tests.conftest import bench_result
-from tuner.errors import StoreError
-from workers.types import Config, FailureKind, TrialResult
 
 
 def _result(n: int, key: str, *, tok_s: float | None = None, kind: FailureKind | None = None,

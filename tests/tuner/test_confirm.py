@@ -11,18 +11,18 @@ from pathlib import Path
 
 from rich.console import Console
 
+from core.flags import FlagTable
+from core.render import render
+from core.types import Config, EngineSpec, TrialResult, TrialSpec
 from db.store import Store
 from tests.conftest import FIXTURES, bench_result
-from tuner.flags import FlagTable
 from tuner.launchers.base import Finished, Slot
 from tuner.live import SweepView
-from tuner.render import render
 from tuner.results import SweepResults
 from tuner.space import SearchSpace
 from tuner.study import CONFIRM_ROUNDS, Sweep, SweepOptions
 from workers.node import NodeInfo
 from workers.trial import Phase
-from workers.types import Config, EngineSpec, TrialResult, TrialSpec
 
 TABLE = FlagTable.bundled("0.5.23")
 Script = Callable[[Config, int], float]  # (configuration, launches of it before) -> tok/s

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core.errors import StudyError
 from db.store import RunRow, SweepRow
-from tuner.errors import StudyError
 from tuner.export import as_json, as_sglang_config, launch_script, pick_run, server_options
 from tuner.results import SweepResults
 from workers.sim.args import build_parser

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.redact import REDACTED, is_secret_option, redact_argv, redact_flags, scrub, secret_values
+from core.redact import REDACTED, is_secret_option, redact_argv, redact_flags, scrub, secret_values
 
-FLAG_TABLE = Path(__file__).resolve().parents[2] / "tuner" / "flag_tables" / "sglang-0.5.23.json"
+FLAG_TABLE = Path(__file__).resolve().parents[2] / "core" / "flag_tables" / "sglang-0.5.23.json"
 
 
 def test_the_credential_options_of_sglang_0523_are_exactly_the_secret_ones() -> None:

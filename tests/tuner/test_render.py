@@ -8,14 +8,14 @@ from pathlib import Path
 import optuna
 import pytest
 
+from core.errors import ConfigError, FlagError
+from core.flags import FlagTable, introspect
+from core.redact import redact_env
+from core.render import render, render_args, shell_command
+from core.types import Config, EngineSpec
 from tests.conftest import SPACES
-from tuner.errors import ConfigError, FlagError
-from tuner.flags import FlagTable, introspect
-from tuner.redact import redact_env
-from tuner.render import render, render_args, shell_command
 from tuner.sampler import make_sampler
 from tuner.space_loader import load_space
-from workers.types import Config, EngineSpec
 
 TABLE = FlagTable.bundled("0.5.23")
 FAKE_054 = Path(__file__).resolve().parent.parent / "fixtures" / "fake_sglang_054"

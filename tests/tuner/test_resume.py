@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.errors import ConfigError
-from tuner.flags import FlagTable
+from core.errors import ConfigError
+from core.flags import FlagTable
 from tuner.space_loader import load_space
 from tuner.study_db import check_resumable, open_study
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from core.errors import ConfigError, FlagError
+from core.flags import FlagTable
 from tests.conftest import SPACES
-from tuner.errors import ConfigError, FlagError
-from tuner.flags import FlagTable
 from tuner.sampler import make_sampler
 from tuner.space_loader import load_space
 

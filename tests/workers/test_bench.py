@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import SCENARIOS, start_sim
-from tuner.errors import BenchmarkError
+from core.errors import BenchmarkError
+from core.types import BenchConfig
+from tests.conftest import start_sim
 from workers.bench import run_benchmark, summarize
 from workers.metrics import Record, itl_samples, percentiles, tpot_samples, ttft_samples
 from workers.sim.args import build_parser, options_by_dest
 from workers.sim.scenario import evaluate, load_scenario
-from workers.types import BenchConfig
 
 
 def test_metric_definitions_on_constructed_streams() -> None:
@@ -53,7 +53,7 @@ def _options(argv: list[str]) -> dict[str, object]:
     return options_by_dest(build_parser().parse_args(argv))
 
 
-STEADY = "name: steady\ntime_scale: 100\nbase: {tok_s_c16: 30.0, ttft_ms: 300, startup_s: 10}\nnoise: {cv: 0}\n"
+STEADY = "name: steady\ntime_scale: 20\nbase: {tok_s_c16: 30.0, ttft_ms: 300, startup_s: 10}\nnoise: {cv: 0}\n"
 SPEC = (STEADY.replace("steady", "spec") +
         "effects:\n  - {match: {speculative_algorithm: EAGLE}, accept_len: 2.4}\n")
 
@@ -68,14 +68,14 @@ def test_c16_throughput_within_2_percent_and_exact_under_speculation(
     path.write_text(scenario_text)
     server = start_sim(path, {"model_path": "/m", **flags}, tmp_path)
     try:
-        cfg = BenchConfig(concurrency=16, input_len=256, output_len=512, warmup_s=1.5, duration_s=6.0)
+        cfg = BenchConfig(concurrency=16, input_len=256, output_len=128, warmup_s=1.5, duration_s=12.0)
         result = asyncio.run(run_benchmark(server.url, cfg))
     finally:
         server.stop()
     scenario = load_scenario(path)
     argv = ["--model-path", "/m"] + (["--speculative-algorithm", "EAGLE"] if flags else [])
     outcome = evaluate(scenario, _options(argv), {})
-    expected = outcome.expected_tok_s(16, 512, scenario.saturation_c) * scenario.time_scale
+    expected = outcome.expected_tok_s(16, 128, scenario.saturation_c) * scenario.time_scale
     print(f"measured {result.tok_s:.1f} tok/s, modelled {expected:.1f} ({result.tok_s / expected - 1:+.2%})")
     assert result.tok_s == pytest.approx(expected, rel=0.02)
     chunk_tok_s = result.output_chunks / result.duration_s
@@ -159,9 +159,11 @@ def test_connection_refused_fails_fast() -> None:
 
 
 def test_repeat_mode_reports_median_and_spread(tmp_path: Path) -> None:
-    server = start_sim(SCENARIOS / "fast-test.yaml", {"model_path": "/m"}, tmp_path)
+    path = tmp_path / "s.yaml"
+    path.write_text(STEADY)
+    server = start_sim(path, {"model_path": "/m"}, tmp_path)
     try:
-        cfg = BenchConfig(concurrency=16, input_len=64, output_len=128, warmup_s=0.5, duration_s=1.0, repeats=3)
+        cfg = BenchConfig(concurrency=16, input_len=64, output_len=64, warmup_s=0.5, duration_s=2.0, repeats=3)
         result = asyncio.run(run_benchmark(server.url, cfg))
     finally:
         server.stop()

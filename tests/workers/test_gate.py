@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
+from core.types import GateConfig, GatePrompt
 from tests.conftest import SCENARIOS, start_sim
 from workers.gate import check_output, garbage_reason, run_gate
-from workers.types import GateConfig, GatePrompt
 
 SEED = SCENARIOS / "deepseek-v4-flash-8x-rtx-pro-6000.yaml"
 GATE = GateConfig(prompts=(GatePrompt(text="What is 17*23? Answer with the number only.", expect="391"),))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from core.types import LaunchCommand
 from tests.conftest import wait_for
 from workers.server import ServerProcess, free_port
-from workers.types import LaunchCommand
 
 HALF_A_FATAL_LINE = """
 import pathlib, sys, time

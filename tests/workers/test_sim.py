@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.errors import ServerStartError, ServerTimeoutError
 from tests.conftest import SCENARIOS, start_sim, wait_for
-from tuner.errors import ServerStartError, ServerTimeoutError
 from workers.sim.args import build_parser, options_by_dest
 from workers.sim.scenario import evaluate, load_scenario
 
@@ -296,7 +296,7 @@ async def _plain_closed_loop(url: str, concurrency: int, output_len: int, warmup
 
 def test_plain_closed_loop_c16_measures_the_model_within_3_percent(tmp_path: Path) -> None:
     scenario_path = tmp_path / "steady.yaml"
-    scenario_path.write_text("name: steady\ntime_scale: 100\nbase: {tok_s_c16: 30.0, ttft_ms: 300, "
+    scenario_path.write_text("name: steady\ntime_scale: 20\nbase: {tok_s_c16: 30.0, ttft_ms: 300, "
                              "startup_s: 10}\nnoise: {cv: 0}\n")
     server = start_sim(scenario_path, {"model_path": "/m"}, tmp_path)
     try:

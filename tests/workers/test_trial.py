@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from core.flags import FlagTable
+from core.types import BenchConfig, Config, EngineSpec, FailureKind, GateConfig, GatePrompt, TrialSpec
 from tests.conftest import wait_for
-from tuner.flags import FlagTable
 from workers.trial import TrialRunner
-from workers.types import BenchConfig, Config, EngineSpec, FailureKind, GateConfig, GatePrompt, TrialSpec
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SCENARIO = FIXTURES / "e2e-scenario.yaml"

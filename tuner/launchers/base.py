@@ -1,9 +1,9 @@
 """The launcher seam of the sweep loop (contract in docs/architecture.md).
 
-A launcher owns *slots* (GPU groups). The loop submits one :class:`~workers.types.TrialSpec` to an
+A launcher owns *slots* (GPU groups). The loop submits one :class:`~core.types.TrialSpec` to an
 idle slot, then collects :class:`Finished` results with :meth:`Launcher.wait`. Every submitted trial
 comes back exactly once, as a result: failures of the launcher's own machinery are results of kind
-``infrastructure``, never exceptions, except :class:`~tuner.errors.ClusterError` when the launcher
+``infrastructure``, never exceptions, except :class:`~core.errors.ClusterError` when the launcher
 can run nothing at all.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from core.types import EngineSpec, TrialResult, TrialSpec
 from workers.node import NodeInfo
 from workers.trial import Phase
-from workers.types import EngineSpec, TrialResult, TrialSpec
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from tuner.errors import ClusterError, ConfigError
+from core.errors import ClusterError, ConfigError
+from core.render import render
+from core.types import BenchResult, EngineSpec, TrialResult, TrialSpec
 from tuner.launchers.base import Finished, Slot
-from tuner.render import render
 from workers.gpus import GpuInfo
 from workers.node import NodeInfo
 from workers.sim.offline import OfflineModel
 from workers.trial import Phase
-from workers.types import BenchResult, EngineSpec, TrialResult, TrialSpec
 
 OFFLINE_PORT = 30000
 

@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from core.types import EngineSpec, FailureKind, TrialResult, TrialSpec
 from tuner.cluster import Cluster
 from tuner.launchers.base import Finished, Slot
 from workers.node import NodeInfo
 from workers.trial import Phase
-from workers.types import EngineSpec, FailureKind, TrialResult, TrialSpec
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,12 @@ class RayLauncher:
     def __init__(self, engine: EngineSpec, gpus_per_trial: int, *, address: str | None = None,
                  gpus: int | None = None, max_groups: int | None = None) -> None:
         self.engine = engine
+        if engine.kind == "sim" and engine.scenario:  # checked before Ray starts; its GPUs are the fake ones
+            from workers.sim.scenario import load_scenario
+
+            scenario = load_scenario(engine.scenario)
+            if gpus is None and address is None:
+                gpus = scenario.gpu.count
         self.cluster = Cluster(engine, gpus_per_trial, address=address, gpus=gpus, max_groups=max_groups)
         self._refs: dict[Any, _InFlight] = {}
 

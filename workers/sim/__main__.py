@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import datetime
 
-from tuner.errors import ConfigError
+from core.errors import ConfigError
 from workers.sim.args import build_parser, options_by_dest
 from workers.sim.engine import Scheduler
 from workers.sim.scenario import FailureRule, Scenario, evaluate, load_scenario

@@ -10,7 +10,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from tuner.flags import RENAMES
+from core.flags import RENAMES
 
 _TYPES: dict[str, Any] = {"int": int, "float": float}
 
@@ -26,7 +26,7 @@ def _default(raw: Any) -> Any:
 
 def build_parser(version: str = "0.5.23") -> argparse.ArgumentParser:
     """An argparse parser with every option of SGLang ``version`` (bundled dump)."""
-    text = resources.files("tuner.flag_tables").joinpath(f"sglang-{version}.json").read_text()
+    text = resources.files("core.flag_tables").joinpath(f"sglang-{version}.json").read_text()
     parser = argparse.ArgumentParser(prog="sglang serve")
     seen: set[str] = set()
     for opt in json.loads(text)["options"]:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.flags import FlagTable
-from tuner.render import render_args
+from core.flags import FlagTable
+from core.render import render_args
+from core.types import BenchConfig, Config, FailureKind
 from workers.failures import classify, reason_line
 from workers.sim.args import build_parser, options_by_dest
 from workers.sim.scenario import FailureRule, Outcome, Scenario, evaluate, load_scenario
-from workers.types import BenchConfig, Config, FailureKind
 
 READY_PROBE_S = 0.2  # the readiness poll interval: what startup_s reads above the modelled time
 

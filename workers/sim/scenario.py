@@ -24,8 +24,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tuner.errors import ConfigError
-from tuner.space_file import format_validation_error
+from core.errors import ConfigError
+from core.validation import format_validation_error
 
 Pattern = str | int | float | bool | None | list[str | int | float | bool | None]
 Adjust = float | str

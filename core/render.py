@@ -13,9 +13,9 @@ import json
 import shlex
 from typing import Any
 
-from tuner.flags import FlagTable
-from tuner.redact import redact_argv, redact_env
-from workers.types import Config, EngineSpec, LaunchCommand
+from core.flags import FlagTable
+from core.redact import redact_argv, redact_env
+from core.types import Config, EngineSpec, LaunchCommand
 
 
 def render_args(flags: dict[str, Any], table: FlagTable) -> list[str]:

@@ -2,7 +2,7 @@
 
 A :class:`FlagTable` comes from the SGLang installed where the server runs (its argparse parser is
 introspected by :data:`INTROSPECT_SCRIPT` run with that Python), or from a table bundled for a
-known version (``tuner/flag_tables/sglang-<version>.json``). Settings use SGLang's own *dest*
+known version (``core/flag_tables/sglang-<version>.json``). Settings use SGLang's own *dest*
 names (``cuda_graph_max_bs``); :meth:`FlagTable.resolve` maps a name to the option of this
 version, following the renames of :data:`RENAMES` in either direction.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
-from tuner.errors import ConfigError, FlagError
+from core.errors import ConfigError, FlagError
 
 FlagKind = Literal["bool", "value", "list"]
 
@@ -92,7 +92,7 @@ class FlagTable:
                 f"no bundled SGLang flag table for version {version!r} (bundled: "
                 f"{', '.join(BUNDLED_VERSIONS)}); point --sglang-python at that SGLang to introspect it"
             )
-        text = resources.files("tuner.flag_tables").joinpath(f"sglang-{version}.json").read_text()
+        text = resources.files("core.flag_tables").joinpath(f"sglang-{version}.json").read_text()
         return cls.from_dump(json.loads(text), source=f"bundled table sglang-{version}.json")
 
     def resolve(self, name: str) -> Flag | None:
