@@ -33,7 +33,8 @@ from rich.console import Console
 from tuner.live import SweepView
 from tuner.results import SweepResults
 from tuner.space_loader import load_space
-from tuner.study import Sweep, SweepOptions
+from tuner.study import Sweep
+from tuner.sweep_state import SweepOptions
 from workers.sim.offline import OfflineModel
 
 SPACES = ["search_spaces/demo-sim.yaml", "search_spaces/demo-sim-hopper.yaml",

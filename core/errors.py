@@ -17,6 +17,8 @@ Lower-level errors are chained with ``raise ... from exc``.
 
 from __future__ import annotations
 
+from core.types import FailureKind
+
 
 class TunerError(Exception):
     """Base of every error the tool raises on purpose. ``exit_code`` is what the CLI returns."""
@@ -37,7 +39,7 @@ class FlagError(ConfigError):
 class ServerError(TunerError):
     """An inference server failed; ``kind`` is a failure kind, ``log_tail`` the last log lines."""
 
-    def __init__(self, message: str, kind: str = "crashed", log_tail: str = "") -> None:
+    def __init__(self, message: str, kind: FailureKind = FailureKind.CRASHED, log_tail: str = "") -> None:
         super().__init__(message)
         self.kind = kind
         self.log_tail = log_tail

@@ -15,7 +15,7 @@ from typing import Any
 
 from core.flags import FlagTable
 from core.redact import redact_argv, redact_env
-from core.types import Config, EngineSpec, LaunchCommand
+from core.types import Config, EngineKind, EngineSpec, LaunchCommand
 
 
 def render_args(flags: dict[str, Any], table: FlagTable) -> list[str]:
@@ -55,7 +55,7 @@ def render(config: Config, table: FlagTable, engine: EngineSpec,
         flags["port"] = port
     argv = [engine.python, "-m", engine.module, *render_args(flags, table)]
     env = dict(config.env)
-    if engine.kind == "sim" and engine.scenario:
+    if engine.kind == EngineKind.SIM and engine.scenario:
         env["SGLANG_SIM_SCENARIO"] = engine.scenario
     return LaunchCommand(argv=tuple(argv), env=env)
 

@@ -154,11 +154,18 @@ class BenchResult:
         return asdict(self)
 
 
+class EngineKind(StrEnum):
+    """Which server program trials launch."""
+
+    SGLANG = "sglang"  # python -m sglang.launch_server
+    SIM = "sim"  # python -m workers.sim: the simulated engine, behaving as a scenario file says
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """Which server program to launch: real SGLang, or the simulated engine with a scenario file."""
 
-    kind: str = "sglang"  # sglang | sim
+    kind: EngineKind = EngineKind.SGLANG
     python: str = "python3"
     scenario: str | None = None
     sglang_version: str | None = None
@@ -166,7 +173,7 @@ class EngineSpec:
     @property
     def module(self) -> str:
         """The module run with ``python -m``."""
-        return "workers.sim" if self.kind == "sim" else "sglang.launch_server"
+        return "workers.sim" if self.kind == EngineKind.SIM else "sglang.launch_server"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ class Base(DeclarativeBase):
     """Declarative base of the tuner's tables."""
 
 
-class Sweep(Base):
+class SweepRecord(Base):
     """One sweep = one Optuna study: the space it ran and the hardware/software it ran on."""
 
     __tablename__ = "tuner_sweeps"

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.errors import StoreError
 from core.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
 from core.types import Config, RunStatus, TrialResult
-from db.models import Base, LearnedRule, Sweep, TrialRun
+from db.models import Base, LearnedRule, SweepRecord, TrialRun
 
 BUSY_TIMEOUT_S = 30.0
 MAX_LOG_CHARS = 1_000_000
@@ -155,9 +155,9 @@ class Store:
         """The sweep named ``study_name``, created with ``fields`` if new (else fields are updated)."""
         now = datetime.now(UTC).replace(tzinfo=None)
         with self._session() as s:
-            sweep = s.scalar(select(Sweep).where(Sweep.study_name == study_name))
+            sweep = s.scalar(select(SweepRecord).where(SweepRecord.study_name == study_name))
             if sweep is None:
-                sweep = Sweep(study_name=study_name, created_at=now, updated_at=now, **fields)
+                sweep = SweepRecord(study_name=study_name, created_at=now, updated_at=now, **fields)
                 s.add(sweep)
             else:
                 for key, value in fields.items():
@@ -169,13 +169,13 @@ class Store:
     def sweep(self, study_name: str) -> SweepRow | None:
         """The sweep of a study, or None."""
         with self._session() as s:
-            sweep = s.scalar(select(Sweep).where(Sweep.study_name == study_name))
+            sweep = s.scalar(select(SweepRecord).where(SweepRecord.study_name == study_name))
             return _row(sweep, SweepRow) if sweep else None
 
     def sweeps(self) -> list[SweepRow]:
         """Every sweep, newest first."""
         with self._session() as s:
-            return [_row(x, SweepRow) for x in s.scalars(select(Sweep).order_by(Sweep.updated_at.desc()))]
+            return [_row(x, SweepRow) for x in s.scalars(select(SweepRecord).order_by(SweepRecord.updated_at.desc()))]
 
     # ---- runs ----------------------------------------------------------------------------------
     def record(self, sweep_id: int, result: TrialResult, config: Config, *, status: RunStatus,

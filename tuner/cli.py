@@ -72,8 +72,11 @@ def render(
     sglang_python: PythonOpt = None,
 ) -> None:
     """Print the exact launch command and env of one configuration (unset params: first choice)."""
+    import dataclasses
+
     from core.render import render as render_cmd
     from core.render import shell_command
+    from core.types import EngineKind
     from tuner.space_loader import load_space, parse_assignments
 
     def go() -> None:
@@ -81,7 +84,7 @@ def render(
         loaded = load_space(space, table)
         config = loaded.from_assignments(parse_assignments(set_ or [], loaded))
         engine = loaded.engine()
-        cmd = render_cmd(config, table, engine.__class__(kind="sglang", python=engine.python))
+        cmd = render_cmd(config, table, dataclasses.replace(engine, kind=EngineKind.SGLANG, scenario=None))
         console.print(shell_command(cmd), markup=False, highlight=False, soft_wrap=True)
 
     _run(go)
@@ -159,7 +162,8 @@ def sweep(
 
     from tuner.live import SweepView
     from tuner.results import load_results
-    from tuner.study import Sweep, SweepInterrupted, SweepOptions, request_stop
+    from tuner.study import Sweep, SweepInterrupted, request_stop
+    from tuner.sweep_state import SweepOptions
     from tuner.views import print_summary
 
     if space is None:

@@ -13,11 +13,9 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-import optuna
-
 from core.errors import ConfigError, StudyError
-from db.store import sqlite_url
 from tuner.recording import artifact_store
+from tuner.study_db import rdb_storage
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
@@ -36,9 +34,7 @@ def make_dashboard(db_path: str | Path, host: str = "127.0.0.1", port: int = 808
     path = Path(db_path)
     if not path.exists():
         raise StudyError(f"{db_path}: no such database (run `tuner sweep` first or pass --db)")
-    storage = optuna.storages.RDBStorage(sqlite_url(path), skip_compatibility_check=True,
-                                         skip_table_creation=True,
-                                         engine_kwargs={"connect_args": {"timeout": 30}})
+    storage = rdb_storage(path, read_only=True)
     app = optuna_dashboard.wsgi(storage, artifact_store=artifact_store(path))
     try:
         return make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)

@@ -21,7 +21,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from core.errors import ConfigError
 from core.hardware import Pruned
-from core.types import BenchConfig, Config, EngineSpec, GateConfig, GatePrompt
+from core.types import BenchConfig, Config, EngineKind, EngineSpec, GateConfig, GatePrompt
 from tuner.space_file import SpaceFile
 
 ENUMERATION_CAP = 1_000_000
@@ -212,9 +212,9 @@ class SearchSpace:
         scenario = None
         if self.file.scenario:
             scenario = str((Path(self.path).parent / self.file.scenario).resolve())
-        default_python = sys.executable if self.file.engine == "sim" else "python3"
+        default_python = sys.executable if EngineKind(self.file.engine) == EngineKind.SIM else "python3"
         return EngineSpec(
-            kind=self.file.engine, python=python_override or self.file.sglang_python or default_python,
+            kind=EngineKind(self.file.engine), python=python_override or self.file.sglang_python or default_python,
             scenario=scenario, sglang_version=self.file.sglang_version,
         )
 

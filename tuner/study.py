@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from core.redact import scrub, secret_values
 from core.types import Config, FailureKind, RunStatus, TrialResult, TrialSpec
 from db.store import Store, SweepRow
 from tuner.failure_rules import RuleBook
+from tuner.launchers import launcher_for
 from tuner.launchers.base import Finished, Launcher, Slot
 from tuner.live import GroupView, SweepView
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
@@ -35,6 +36,7 @@ from tuner.sampler import make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace
 from tuner.space_loader import apply_hardware, check_flags, load_space
 from tuner.study_db import check_resumable, distinct_configurations, open_study
+from tuner.sweep_state import Flight, Pending, Quota, SweepOptions
 from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.node import NodeInfo
 
@@ -43,67 +45,6 @@ MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
 CONFIRM_ROUNDS = 3  # --confirm: a confirmation that reorders the leaders brings the new ones in, this often
 WAIT_S = 0.5  # how long one wait for results blocks before the live view is refreshed
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    """Everything `tuner sweep` takes."""
-
-    space_path: str
-    db_path: str = "tuner.db"
-    study_name: str | None = None
-    budget: int = 40
-    confirm: int = 0
-    address: str | None = None
-    gpus: int | None = None
-    max_groups: int | None = None
-    sglang_python: str | None = None
-    seed: int | None = None
-    offline: bool = False
-    sampler: str | None = None
-
-
-@dataclass
-class Pending:
-    """A trial in flight on a slot."""
-
-    trial: optuna.Trial
-    config: Config
-    slot: Slot
-    baseline: bool
-    retry_of: int | None
-    repeat_of: int | None
-    remeasure: bool = False
-    sent_at: float = field(default_factory=time.time)
-
-
-@dataclass
-class Quota:
-    """How many more launches a phase may start: up to the budget, or the queued confirmations."""
-
-    budget: int
-    confirmations: int | None = None
-
-    def open(self, launched: int, pending: int) -> bool:
-        """May another trial be launched?"""
-        if self.confirmations is not None:
-            return self.confirmations > 0
-        return launched + pending < self.budget
-
-
-@dataclass
-class Flight:
-    """The loop's moving parts: trials in flight, idle slots, and asks answered without a launch."""
-
-    idle: list[Slot]
-    pending: dict[int, Pending] = field(default_factory=dict)  # by trial number
-    waiting_on: dict[str, list[tuple[optuna.Trial, Config]]] = field(default_factory=dict)  # config key
-    answered_in_a_row: int = 0
-    need_baseline: bool = False
-
-    def in_flight(self, key: str) -> bool:
-        """Is a configuration with this key running now?"""
-        return any(p.config.key() == key for p in self.pending.values())
 
 
 @dataclass
@@ -130,21 +71,7 @@ def request_stop() -> None:
     STOP.set()
 
 
-LauncherFactory = Callable[[SearchSpace, "SweepOptions"], Launcher]
-
-
-def default_launcher(space: SearchSpace, opts: SweepOptions) -> Launcher:
-    """The offline model with ``--offline``, else GPU groups on Ray."""
-    engine = space.engine(opts.sglang_python)
-    if opts.offline:
-        from tuner.launchers.offline import OfflineLauncher
-
-        return OfflineLauncher(engine, space.file.gpus_per_trial, gpus=opts.gpus, max_groups=opts.max_groups,
-                               seed=opts.seed)
-    from tuner.launchers.ray_groups import RayLauncher
-
-    return RayLauncher(engine, space.file.gpus_per_trial, address=opts.address, gpus=opts.gpus,
-                       max_groups=opts.max_groups)
+LauncherFactory = Callable[[SearchSpace, SweepOptions], Launcher]
 
 
 class Sweep:
@@ -155,7 +82,7 @@ class Sweep:
     _infra_failures = 0
 
     def __init__(self, options: SweepOptions, view_factory: Callable[[str, int, float], SweepView],
-                 launcher_factory: LauncherFactory = default_launcher) -> None:
+                 launcher_factory: LauncherFactory = launcher_for) -> None:
         self.opts = options
         self.view_factory = view_factory
         self.launcher_factory = launcher_factory

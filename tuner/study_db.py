@@ -10,16 +10,23 @@ import optuna
 from optuna.samplers import BaseSampler
 
 from core.errors import ConfigError, StudyError
-from db.store import sqlite_url
+from db.store import BUSY_TIMEOUT_S, sqlite_url
 from tuner.space import SearchSpace
 
 METRIC_NAMES = ["tok/s@C16"]
 
 
+def rdb_storage(db_path: str | Path, *, read_only: bool = False) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the sweep database (30 s busy timeout); ``read_only`` neither creates nor
+    upgrades Optuna's tables (for readers such as the dashboard)."""
+    return optuna.storages.RDBStorage(sqlite_url(db_path), engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}},
+                                      skip_compatibility_check=read_only, skip_table_creation=read_only)
+
+
 def open_study(db_path: str | Path, name: str, sampler: BaseSampler | None = None,
                create: bool = True) -> optuna.Study:
     """The Optuna study of a sweep on the sweep database (StudyError if missing and not ``create``)."""
-    storage = optuna.storages.RDBStorage(sqlite_url(db_path), engine_kwargs={"connect_args": {"timeout": 30}})
+    storage = rdb_storage(db_path)
     if not create:
         try:
             return optuna.load_study(study_name=name, storage=storage, sampler=sampler)

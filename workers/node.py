@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass
 
 from core.flags import FlagTable, table_for
-from core.types import EngineSpec
+from core.types import EngineKind, EngineSpec
 from workers.gpus import GpuInfo, detect_gpus
 
 
@@ -29,7 +29,7 @@ class NodeInfo:
 def probe_node(engine: EngineSpec) -> NodeInfo:
     """Inspect this node for ``engine`` (ConfigError if SGLang cannot be introspected nor pinned)."""
     host = socket.gethostname()
-    if engine.kind == "sim":
+    if engine.kind == EngineKind.SIM:
         from workers.sim.scenario import load_scenario
 
         assert engine.scenario is not None

@@ -108,7 +108,7 @@ class ServerProcess:
         log = self.read_log(200_000)
         tail = self.log_tail()
         self.stop()
-        raise exc_type(message, kind=(kind or classify(code, log)).value, log_tail=tail)
+        raise exc_type(message, kind=kind or classify(code, log), log_tail=tail)
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.2) -> float:
         """Block until ``/ready`` (or ``/health_generate`` on old SGLang) answers 200; seconds taken.

@@ -140,7 +140,7 @@ class TrialRunner:
             out.kind = FailureKind.INFRASTRUCTURE
             out.reason = f"cannot start {server.cmd.argv[0]}: {exc.strerror or exc}"
         except ServerError as exc:
-            out.kind, out.reason, out.tail = FailureKind(exc.kind), str(exc), exc.log_tail
+            out.kind, out.reason, out.tail = exc.kind, str(exc), exc.log_tail
         except BenchmarkError as exc:
             out.bench = None
             if server.alive():

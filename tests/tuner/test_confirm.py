@@ -20,7 +20,8 @@ from tuner.launchers.base import Finished, Slot
 from tuner.live import SweepView
 from tuner.results import SweepResults
 from tuner.space import SearchSpace
-from tuner.study import CONFIRM_ROUNDS, Sweep, SweepOptions
+from tuner.study import CONFIRM_ROUNDS, Sweep
+from tuner.sweep_state import SweepOptions
 from workers.node import NodeInfo
 from workers.trial import Phase
 

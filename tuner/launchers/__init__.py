@@ -7,3 +7,25 @@
 
 Both implement :class:`~tuner.launchers.base.Launcher`; the loop (:mod:`tuner.study`) sees nothing else.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tuner.launchers.base import Launcher
+    from tuner.space import SearchSpace
+    from tuner.sweep_state import SweepOptions
+
+
+def launcher_for(space: SearchSpace, opts: SweepOptions) -> Launcher:
+    """The offline model with ``--offline``, else GPU groups on Ray."""
+    engine = space.engine(opts.sglang_python)
+    if opts.offline:
+        from tuner.launchers.offline import OfflineLauncher
+
+        return OfflineLauncher(engine, space.file.gpus_per_trial, gpus=opts.gpus, max_groups=opts.max_groups,
+                               seed=opts.seed)
+    from tuner.launchers.ray_groups import RayLauncher
+
+    return RayLauncher(engine, space.file.gpus_per_trial, address=opts.address, gpus=opts.gpus,
+                       max_groups=opts.max_groups)

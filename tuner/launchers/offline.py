@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from core.errors import ClusterError, ConfigError
 from core.render import render
-from core.types import BenchResult, EngineSpec, TrialResult, TrialSpec
+from core.types import BenchResult, EngineKind, EngineSpec, TrialResult, TrialSpec
 from tuner.launchers.base import Finished, Slot
 from workers.gpus import GpuInfo
 from workers.node import NodeInfo
@@ -39,7 +39,7 @@ class OfflineLauncher:
 
     def __init__(self, engine: EngineSpec, gpus_per_trial: int, *, gpus: int | None = None,
                  max_groups: int | None = None, seed: int | None = None) -> None:
-        if engine.kind != "sim" or not engine.scenario:
+        if engine.kind != EngineKind.SIM or not engine.scenario:
             raise ConfigError("--offline: the space must use the simulated engine (engine: sim, scenario: FILE)")
         self.engine = engine
         self.model = OfflineModel(engine.scenario)

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from core.types import EngineSpec, FailureKind, TrialResult, TrialSpec
+from core.types import EngineKind, EngineSpec, FailureKind, TrialResult, TrialSpec
 from tuner.cluster import Cluster
 from tuner.launchers.base import Finished, Slot
 from workers.node import NodeInfo
@@ -30,7 +30,7 @@ class RayLauncher:
     def __init__(self, engine: EngineSpec, gpus_per_trial: int, *, address: str | None = None,
                  gpus: int | None = None, max_groups: int | None = None) -> None:
         self.engine = engine
-        if engine.kind == "sim" and engine.scenario:  # checked before Ray starts; its GPUs are the fake ones
+        if engine.kind == EngineKind.SIM and engine.scenario:  # checked before Ray starts; its GPUs are the fake ones
             from workers.sim.scenario import load_scenario
 
             scenario = load_scenario(engine.scenario)
