@@ -142,7 +142,7 @@ class Sweep:
                  f"GPU(s), SGLang {node.sglang_version} ({node.table.source}), GPU {ctx.sweep.gpu_arch or 'unknown'}"
                  + (", offline (the scenario's model, no servers)" if self.opts.offline else ""))
         for s in ctx.slots:
-            view.log(f"group {s.index}: {s.host} ({s.detail[:12]}), GPUs {','.join(s.gpu_ids)}")
+            view.log(f"group {s.index}: {s.host} ({s.detail}), GPUs {','.join(s.gpu_ids)}")
         for p in ctx.space.pruned:
             view.log(f"pruned {p.reason}")
         for rule in ctx.rules.rules:

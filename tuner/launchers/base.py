@@ -24,7 +24,7 @@ class Slot:
     index: int
     host: str
     gpu_ids: tuple[str, ...]
-    detail: str = ""  # e.g. the Ray node id
+    detail: str = ""  # where it is, e.g. "Ray node 1a2b3c4d5e6f"
 
     @property
     def label(self) -> str:

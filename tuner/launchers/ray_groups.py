@@ -43,7 +43,7 @@ class RayLauncher:
         """Connect to Ray and start the actors."""
         self.cluster.connect()
         groups = self.cluster.start_groups()
-        return groups[0].node, [Slot(g.index, g.node.host, g.gpu_ids, g.ray_node) for g in groups]
+        return groups[0].node, [Slot(g.index, g.node.host, g.gpu_ids, f"Ray node {g.ray_node[:12]}") for g in groups]
 
     def submit(self, slot: int, spec: TrialSpec) -> None:
         """``run_trial.remote`` on the slot's actor."""
