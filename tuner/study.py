@@ -224,7 +224,8 @@ class Sweep:
         trial = ctx.study.ask()
         baseline = bool(trial.user_attrs.get("baseline"))
         repeat_of = trial.user_attrs.get("repeat_of")
-        if flight.need_baseline and "retry_of" not in trial.user_attrs and repeat_of is None:
+        if flight.need_baseline and "retry_of" not in trial.user_attrs and repeat_of is None \
+                and not _fixed_params(ctx.study, trial):  # a trial queued with its settings stays itself
             trial.set_user_attr("baseline", True)
             baseline, flight.need_baseline = True, False
         try:
@@ -355,6 +356,12 @@ def _interrupted(p: Pending, node: NodeInfo, why: str) -> TrialResult:
                        sglang_version=node.sglang_version, node=p.slot.host, gpu_ids=p.slot.gpu_ids,
                        started_at=p.sent_at, finished_at=time.time(), failure_kind=FailureKind.INTERRUPTED,
                        failure_reason=why)
+
+
+def _fixed_params(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
+    """The settings a trial was queued with (``enqueue_trial``), if any."""
+    fixed: dict[str, Any] = study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params") or {}
+    return fixed
 
 
 def _carried(attrs: dict[str, Any]) -> dict[str, Any]:

@@ -5,64 +5,20 @@ reorders the leaders. The real sweep loop, store and Optuna study; only the laun
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
-from core.flags import FlagTable
-from core.render import render
-from core.types import Config, EngineSpec, TrialResult, TrialSpec
+from core.types import Config
 from db.store import Store
-from tests.conftest import FIXTURES, bench_result
-from tuner.launchers.base import Finished, Slot
+from tests.conftest import FIXTURES
+from tests.scripted import ScriptedLauncher
 from tuner.live import SweepView
 from tuner.results import SweepResults
 from tuner.space import SearchSpace
 from tuner.study import CONFIRM_ROUNDS, Sweep
 from tuner.sweep_state import SweepOptions
-from workers.node import NodeInfo
-from workers.trial import Phase
-
-TABLE = FlagTable.bundled("0.5.23")
-Script = Callable[[Config, int], float]  # (configuration, launches of it before) -> tok/s
-
-
-class ScriptedLauncher:
-    """One slot; each launch is answered at once with ``script(config, times launched before)``."""
-
-    def __init__(self, engine: EngineSpec, script: Script) -> None:
-        self.engine = engine
-        self.script = script
-        self.launches: dict[str, int] = {}
-        self.done: list[Finished] = []
-
-    def start(self) -> tuple[NodeInfo, list[Slot]]:
-        return NodeInfo("host", "0.5.23", TABLE, None), [Slot(0, "host", ("0",))]
-
-    def submit(self, slot: int, spec: TrialSpec) -> None:
-        key = spec.config.key()
-        tok_s = self.script(spec.config, self.launches.get(key, 0))
-        self.launches[key] = self.launches.get(key, 0) + 1
-        now = time.time()
-        self.done.append(Finished(slot, TrialResult(
-            trial_number=spec.trial_number, config_key=key, argv=render(spec.config, TABLE, self.engine).argv,
-            env={}, sglang_version="0.5.23",
-            node="host", gpu_ids=("0",), started_at=now, finished_at=now, bench=bench_result(tok_s))))
-
-    def wait(self, timeout_s: float) -> list[Finished]:
-        done, self.done = self.done, []
-        return done
-
-    def phases(self) -> dict[int, Phase]:
-        return {}
-
-    def stop_all(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def first_value(config: Config) -> float:
