@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import optuna
 from rich.console import Console
 
 from core.types import Config, FailureKind
@@ -65,5 +64,5 @@ def test_a_covered_proposal_is_avoided_and_costs_no_budget(tmp_path: Path) -> No
     assert avoided[0].failure_kind == "config_error" and avoided[0].failure_reason.startswith("learned: ")
     assert sum(launcher.launches.values()) == 1, "the avoided proposal was not launched; one other was"
     assert len([r for r in resumed.runs if r.status.launched]) == 4, "the budget counts launches only"
-    trial = optuna.load_study(study_name="learn", storage=f"sqlite:///{tmp_path / 't.db'}").trials[avoided[0].trial_number]
+    trial = open_study(tmp_path / "t.db", "learn", create=False).trials[avoided[0].trial_number]
     assert trial.user_attrs["status"] == "avoided" and trial.value == 0.0, "told to Optuna as infeasible"
