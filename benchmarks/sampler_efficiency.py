@@ -37,6 +37,11 @@ from tuner.study import Sweep
 from tuner.sweep_state import SweepOptions
 from workers.sim.offline import OfflineModel
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from external_samplers import register
+
+EXTERNAL = register()  # strategies from optimizers that install here (SMAC3)
+
 SPACES = ["search_spaces/demo-sim.yaml", "search_spaces/demo-sim-hopper.yaml",
           "search_spaces/hard-deepseek-v3-h200.yaml", "search_spaces/hard-kimi-k2-b200.yaml",
           "search_spaces/hard-llama-70b-h100.yaml"]

@@ -94,8 +94,67 @@ class ForbidAwareSampler(BaseSampler):
         self._inner.reseed_rng()
 
 
-STRATEGIES = ("model", "tpe", "random", "coordinate", "gp")
+Blocked = Callable[[dict[str, Any]], bool]
+StrategyFactory = Callable[[SearchSpace, Blocked, "RuleBook | None", "int | None"], BaseSampler]
 DEFAULT_STRATEGY = "model"
+
+
+def _model(space: SearchSpace, blocked: Blocked, learned: RuleBook | None, seed: int | None) -> BaseSampler:
+    from tuner.model_sampler import PairwiseModelSampler
+
+    return PairwiseModelSampler(space, blocked, learned.feasibility if learned else None, seed=seed,
+                                epoch=(lambda: learned.epoch) if learned else None)
+
+
+def _coordinate(space: SearchSpace, blocked: Blocked, learned: RuleBook | None, seed: int | None) -> BaseSampler:
+    from tuner.coordinate import CoordinateSampler
+
+    return CoordinateSampler(space, blocked)
+
+
+def _optuna(make: Callable[[int | None], BaseSampler], multivariate: bool = False) -> StrategyFactory:
+    """One of Optuna's samplers, made forbid-aware (and aware of the learned rules)."""
+    def factory(space: SearchSpace, blocked: Blocked, learned: RuleBook | None, seed: int | None) -> BaseSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return ForbidAwareSampler(make(seed), blocked, seed=seed, multivariate=multivariate)
+
+    return factory
+
+
+def _gp(seed: int | None) -> BaseSampler:
+    return optuna.samplers.GPSampler(seed=seed, deterministic_objective=False)
+
+
+STRATEGIES: dict[str, StrategyFactory] = {
+    "model": _model,
+    "tpe": _optuna(lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                                           n_startup_trials=8), multivariate=True),
+    "random": _optuna(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
+    "coordinate": _coordinate,
+    "gp": _optuna(_gp),
+}
+NEEDS = {"gp": "torch"}  # strategies that need a package the tuner does not install
+
+
+def register_strategy(name: str, factory: StrategyFactory, needs: str | None = None) -> None:
+    """Make ``--sampler name`` use ``factory(space, blocked, learned_rules, seed)`` (benchmarks add
+    external optimizers this way)."""
+    STRATEGIES[name] = factory
+    if needs:
+        NEEDS[name] = needs
+
+
+def check_strategy(name: str | None) -> None:
+    """ConfigError, before anything starts, for an unknown strategy or one whose package is missing."""
+    import importlib.util
+
+    if name is None:
+        return
+    if name not in STRATEGIES:
+        raise ConfigError(f"--sampler {name}: unknown strategy (choose from {', '.join(STRATEGIES)})")
+    if name in NEEDS and importlib.util.find_spec(NEEDS[name]) is None:
+        raise ConfigError(f"--sampler {name}: needs the {NEEDS[name]} package (pip install {NEEDS[name]})")
 
 
 def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int | None = None,
@@ -108,27 +167,9 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
     ``gp``: Optuna's GPSampler (needs torch). The comparison is in docs/performance.md.
     """
     name = strategy or DEFAULT_STRATEGY
+    check_strategy(name)
+
     def blocked(params: dict[str, Any]) -> bool:
         return space.violates(params) or (learned is not None and learned.blocks(params))
 
-    if name == "model":
-        from tuner.model_sampler import PairwiseModelSampler
-
-        return PairwiseModelSampler(space, blocked, learned.feasibility if learned else None, seed=seed,
-                                    epoch=(lambda: learned.epoch) if learned else None)
-    if name == "coordinate":
-        from tuner.coordinate import CoordinateSampler
-
-        return CoordinateSampler(space, blocked)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if name == "tpe":
-            inner: BaseSampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                                            n_startup_trials=8)
-        elif name == "random":
-            inner = optuna.samplers.RandomSampler(seed=seed)
-        elif name == "gp":
-            inner = optuna.samplers.GPSampler(seed=seed, deterministic_objective=False)
-        else:
-            raise ConfigError(f"--sampler {name}: unknown (choose from {', '.join(STRATEGIES)})")
-    return ForbidAwareSampler(inner, blocked, seed=seed, multivariate=name == "tpe")
+    return STRATEGIES[name](space, blocked, learned, seed)

@@ -32,7 +32,7 @@ from tuner.launchers.base import Finished, Launcher, Slot
 from tuner.live import GroupView, SweepView
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
 from tuner.results import SweepResults
-from tuner.sampler import make_sampler
+from tuner.sampler import check_strategy, make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace
 from tuner.space_loader import apply_hardware, check_flags, load_space
 from tuner.study_db import check_resumable, distinct_configurations, open_study
@@ -91,6 +91,7 @@ class Sweep:
     def run(self) -> SweepRow:
         """Run to the budget; returns the sweep. Raises SweepInterrupted on Ctrl-C."""
         STOP.clear()
+        check_strategy(self.opts.sampler)
         space = load_space(self.opts.space_path)  # a bad file stops here: nothing written, nothing started
         launcher = self.launcher_factory(space, self.opts)  # so does a bad scenario
         watchdog = start_watchdog()
