@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Real SGLang on a GPU node, with the kit of ../shared/gpu-kit (built into .gpu-kit/, git-ignored).
+#   bash benchmarks/real_gpu/run.sh paths OUT   every trial path through the worker code (carry
+#                                                .gpu-kit/site312.tar.xz and .gpu-kit/tiny)
+#   bash benchmarks/real_gpu/run.sh sweep OUT   a real `tuner sweep` with --confirm (carry
+#                                                .gpu-kit/ray312.tar.xz; run right after `paths`,
+#                                                while the node still has /tmp/site312)
+# Results: docs/real-gpu.md. Skipped (exit 0 with a note) where there is no GPU.
+set -u
+what=$1 OUT=$2
+mkdir -p "$OUT"
+command -v nvidia-smi >/dev/null || { echo "no GPU here: nothing to run"; exit 0; }
+[ -d /tmp/site312 ] || tar -xJf .gpu-kit/site312.tar.xz -C /tmp
+[ -d /tmp/tiny ] || cp -r .gpu-kit/tiny /tmp/tiny
+[ "$what" = sweep ] && { [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp; }
+export PYTHONPATH=/tmp/site312:/tmp/ray312:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+case "$what" in
+  paths) python3 benchmarks/real_gpu/paths.py "$OUT" 2>&1 | tee "$OUT/paths.txt" | grep -v "^\[" ;;
+  sweep)
+    db=/tmp/real-sweep/tuner.db
+    python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200.yaml --budget 4 --confirm 1 --db $db \
+      --seed 1 2>&1 | tee "$OUT/sweep.txt" | tail -40
+    python3 -m tuner.cli show --db $db --json > "$OUT/show.json"
+    python3 -m tuner.cli export --db $db > "$OUT/launch.sh"
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee -a "$OUT/sweep.txt" ;;
+esac
