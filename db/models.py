@@ -28,7 +28,7 @@ class SweepRecord(Base):
     sglang_version: Mapped[str] = mapped_column(String(50))
     gpu_name: Mapped[str] = mapped_column(String(200))
     gpu_arch: Mapped[str | None] = mapped_column(String(20))
-    gpu_count: Mapped[int] = mapped_column(Integer)
+    gpu_count: Mapped[int] = mapped_column(Integer)  # GPUs of one server (gpus_per_trial), not of the node
     driver: Mapped[str] = mapped_column(String(50))
     hosts: Mapped[list[str]] = mapped_column(JSON)
     budget: Mapped[int] = mapped_column(Integer)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import statistics
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,13 +96,14 @@ def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3", samples
     m = run.metrics or {}
     ttft, tpot = m.get("ttft_ms") or {}, m.get("tpot_ms") or {}
     gate = "passed" if run.gate and run.gate.get("passed") else ("failed" if run.gate else "not run")
+    tok_s = statistics.median(samples) if samples and len(samples) > 1 else run.tok_s
     header = [
         "#!/usr/bin/env bash",
         f"# sglang-tuner: study {sweep.study_name}, trial {run.trial_number}"
         + (" (baseline)" if run.baseline else ""),
-        f"# tok/s@C{m.get('concurrency', 16)}: {_fmt(run.tok_s, 2)}"
-        + (f" measured on the simulator (x{sweep.time_scale:g}): {run.tok_s / sweep.time_scale:.2f} modelled"
-           if sweep.engine == "sim" and run.tok_s else "")
+        f"# tok/s@C{m.get('concurrency', 16)}: {_fmt(tok_s, 2)}"
+        + (f" measured on the simulator (x{sweep.time_scale:g}): {tok_s / sweep.time_scale:.2f} modelled"
+           if sweep.engine == "sim" and tok_s else "")
         + (f" (median of {len(samples)} measurements: {', '.join(f'{v:.2f}' for v in samples)})"
            if samples and len(samples) > 1 else ""),
         *([f"# status: {run.status} ({run.failure_kind}): {run.failure_reason[:200]}".replace("\n", " ")]

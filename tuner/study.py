@@ -123,7 +123,7 @@ class Sweep:
             name, space_path=str(Path(self.opts.space_path).resolve()),
             space_text=scrub(space.text, secret_values((), space.base.env, space.base.flags)),
             engine=launcher.engine.kind, sglang_version=node.sglang_version,
-            gpu_name=gpu.name if gpu else "unknown", gpu_arch=arch, gpu_count=gpu.count if gpu else 0,
+            gpu_name=gpu.name if gpu else "unknown", gpu_arch=arch, gpu_count=space.file.gpus_per_trial,
             driver=gpu.driver if gpu else "unknown", hosts=sorted({s.host for s in slots}),
             budget=self.opts.budget, roofline_tok_s=space.file.roofline.tok_s if space.file.roofline else None,
             time_scale=node.time_scale)

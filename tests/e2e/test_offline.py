@@ -45,3 +45,11 @@ def test_offline_sweep_records_like_any_sweep_and_learns_failures(tmp_path: Path
     assert len(keys) == 30 and len(set(keys)) == 30, "no configuration launched twice"
     script = tuner("export", "--db", "o.db", "--study", "off", cwd=tmp_path)
     assert script.returncode == 0 and "-m sglang.launch_server" in script.stdout
+
+
+def test_the_record_names_the_gpus_of_one_server_not_of_the_node(tmp_path: Path) -> None:
+    run = tuner("sweep", "--offline", "--space", str(SPACES / "hard-llama-70b-h100.yaml"), "--budget", "3",
+                "--db", "g.db", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    script = tuner("export", "--db", "g.db", cwd=tmp_path).stdout
+    assert "# GPUs: 4 x NVIDIA H100 80GB HBM3" in script, "4 GPUs per trial on a node of 8"
