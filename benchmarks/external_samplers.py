@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler, RandomSampler
+from optuna.samplers import RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.sampler import Blocked, register_strategy
 from tuner.space import SearchSpace
+from tuner.whole_config import WholeConfigSampler
 
 CRASH_COST = 10.0  # -log(tok/s) of a failure: worse than any measured configuration
 
@@ -43,7 +44,7 @@ def _config_space(space: SearchSpace, seed: int) -> Any:
     return cs
 
 
-class SMACSampler(BaseSampler):
+class SMACSampler(WholeConfigSampler):
     """SMAC3 behind Optuna's sampler interface (see module docstring)."""
 
     def __init__(self, space: SearchSpace, blocked: Blocked, seed: int | None) -> None:
@@ -59,9 +60,6 @@ class SMACSampler(BaseSampler):
         self.pending: dict[int, Any] = {}
         self._fallback = RandomSampler(seed=seed)
 
-    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return {p.name: p.distribution() for p in self.space.params}
-
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
@@ -76,10 +74,6 @@ class SMACSampler(BaseSampler):
                 return params
             self.smac.tell(info, TrialValue(cost=CRASH_COST))  # a known failure: told, never launched
         return {}
-
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
     def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from typing import Any
 
+from rich.console import Console
+
 from core.flags import FlagTable
 from core.render import render
 from core.types import Config, EngineSpec, FailureKind, TrialResult, TrialSpec
+from db.store import Store
 from tests.conftest import bench_result
 from tuner.launchers.base import Finished, Slot
+from tuner.live import SweepView
+from tuner.results import SweepResults
+from tuner.space import SearchSpace
+from tuner.study import Sweep
+from tuner.sweep_state import SweepOptions
 from workers.node import NodeInfo
 from workers.trial import Phase
 
@@ -55,3 +64,22 @@ class ScriptedLauncher:
 
     def close(self) -> None:
         pass
+
+
+def scripted_sweep(opts: SweepOptions, script: Script,
+                   out: io.StringIO | None = None) -> tuple[SweepResults, ScriptedLauncher]:
+    """Run the real sweep loop with launches answered by ``script``; its results (rules included) and
+    the launcher (which counts launches). The live view is written to ``out``."""
+    made: list[ScriptedLauncher] = []
+
+    def make(space: SearchSpace, _: SweepOptions) -> ScriptedLauncher:
+        made.append(ScriptedLauncher(space.engine(), script))
+        return made[0]
+
+    console = Console(file=out if out is not None else io.StringIO(), width=300)
+    row = Sweep(opts, lambda n, b, s: SweepView(console, n, b, s), make).run()
+    store = Store(opts.db_path)
+    try:
+        return SweepResults(row, store.runs(row.id), tuple(t for t, _ in store.rules(row.id))), made[0]
+    finally:
+        store.close()

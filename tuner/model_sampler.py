@@ -26,13 +26,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler, RandomSampler
-from optuna.study import Study
-from optuna.trial import FrozenTrial, TrialState
+from optuna.samplers import RandomSampler
+from optuna.trial import FrozenTrial
 
 from core.errors import ConfigError
 from tuner.space import Param, SearchSpace
+from tuner.whole_config import WholeConfigSampler, config_key, history
 
 SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model's expectation ...
 SURPRISE_NEAR_BEST = 0.97  # ... of a configuration expected within 3% of the best is measured again
@@ -134,12 +133,13 @@ def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndar
     return np.asarray((mu - best) * cdf + sd * pdf)
 
 
-class PairwiseModelSampler(BaseSampler):
+class PairwiseModelSampler(WholeConfigSampler):
     """Proposes whole configurations of ``space`` (see module docstring)."""
 
     def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool],
                  feasibility: Callable[[Params], float] | None = None, seed: int | None = None,
-                 init_design: int = INIT_DESIGN, epoch: Callable[[], int] | None = None) -> None:
+                 init_design: int = INIT_DESIGN, epoch: Callable[[], int] | None = None,
+                 start_with_one_pass: bool = False) -> None:
         """``blocked`` (never propose) and ``feasibility`` (a weight in 0..1 on a proposal) answer for
         whole configurations and may change only when ``epoch()`` does (results are cached per epoch)."""
         self.space = space
@@ -150,29 +150,17 @@ class PairwiseModelSampler(BaseSampler):
         self.enc = Encoding(space)
         self._fallback = RandomSampler(seed=seed)
         self.epoch = epoch or (lambda: 0)
+        self.start = None
+        if start_with_one_pass:
+            from tuner.coordinate import CoordinateSampler
+
+            self.start = CoordinateSampler(space, blocked, passes=1)
         self._listed: list[Params] | None = None
         self._listed_flags: list[tuple[bool, float]] | None = None
         self._listed_epoch = -1
         if space.cardinality() <= LISTED_CANDIDATES:
             self._listed = list(space.iter_configs())
             self._listed_rows = np.array([self.enc.encode(p) for p in self._listed])
-
-    # ---- Optuna's sampler interface ------------------------------------------------------------
-    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        """Every parameter of the space: proposals are whole configurations."""
-        return {p.name: p.distribution() for p in self.space.params}
-
-    def sample_relative(self, study: Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        """The next configuration to launch ({} when nothing is left to propose)."""
-        if not search_space:
-            return {}
-        return self.propose(study.get_trials(deepcopy=False), trial.number) or {}
-
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        """Only reached when nothing was proposed: a random value."""
-        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
     # ---- surprises ----------------------------------------------------------------------------
     def surprise(self, trials: Sequence[FrozenTrial], number: int) -> float | None:
@@ -181,10 +169,10 @@ class PairwiseModelSampler(BaseSampler):
         trial = next((t for t in trials if t.number == number), None)
         if trial is None or not trial.params or trial.value is None or trial.value <= 0:
             return None
-        key = _key(trial.params)
-        readings = [t for t in trials if t.params and _key(t.params) == key and t.value
+        key = config_key(trial.params)
+        readings = [t for t in trials if t.params and config_key(t.params) == key and t.value
                     and t.user_attrs.get("status") == "ok"]
-        measured, _, _ = _history(trials, number)
+        measured, _, _ = history(trials, number)
         measured.pop(key, None)
         if len(readings) != 1 or len(measured) < self.init_design:
             return None
@@ -202,12 +190,16 @@ class PairwiseModelSampler(BaseSampler):
     # ---- the proposal --------------------------------------------------------------------------
     def propose(self, trials: Sequence[FrozenTrial], number: int) -> Params | None:
         """The configuration with the best expected improvement, given the study's trials."""
-        measured, failed, running = _history(trials, number)
-        seen = {*measured, *map(_key, failed), *map(_key, running)}
+        measured, failed, running = history(trials, number)
+        seen = {*measured, *map(config_key, failed), *map(config_key, running)}
         params, rows, flags = self._candidates(measured)
-        keep = [i for i, p in enumerate(params) if _key(p) not in seen and not flags[i][0]]
+        keep = [i for i, p in enumerate(params) if config_key(p) not in seen and not flags[i][0]]
         if not keep:
             return None
+        if self.start is not None:  # one setting at a time from the first values, then the model
+            first = self.start.propose(trials, number)
+            if first is not None:
+                return first
         if len(measured) < self.init_design or len({round(v, 9) for v in measured.values()}) < 2:
             return self._spread([params[i] for i in keep], [*map(dict, measured), *failed, *running])
         doubt = np.array([flags[i][1] for i in keep])
@@ -284,26 +276,3 @@ class PairwiseModelSampler(BaseSampler):
                 except ConfigError:  # forbidden
                     continue
         return out
-
-
-def _key(params: Params) -> Any:
-    return tuple(sorted(params.items()))
-
-
-def _history(trials: Sequence[FrozenTrial], number: int) -> tuple[dict[Any, float], list[Params], list[Params]]:
-    """Measured configurations (key -> mean tok/s), failed ones, and ones in flight."""
-    values: dict[Any, list[float]] = {}
-    failed: list[Params] = []
-    running: list[Params] = []
-    for t in trials:
-        if not t.params or t.number == number:
-            continue
-        if t.state == TrialState.RUNNING:
-            running.append(dict(t.params))
-        elif t.state == TrialState.COMPLETE and t.value is not None:
-            if t.user_attrs.get("status") in ("ok", "cached") and t.value > 0:
-                values.setdefault(_key(t.params), []).append(float(t.value))
-            else:
-                failed.append(dict(t.params))
-    measured = {k: sum(set(v)) / len(set(v)) for k, v in values.items()}
-    return measured, failed, running

@@ -99,11 +99,15 @@ StrategyFactory = Callable[[SearchSpace, Blocked, "RuleBook | None", "int | None
 DEFAULT_STRATEGY = "model"
 
 
-def _model(space: SearchSpace, blocked: Blocked, learned: RuleBook | None, seed: int | None) -> BaseSampler:
-    from tuner.model_sampler import PairwiseModelSampler
+def _model(one_pass_first: bool) -> StrategyFactory:
+    def factory(space: SearchSpace, blocked: Blocked, learned: RuleBook | None, seed: int | None) -> BaseSampler:
+        from tuner.model_sampler import PairwiseModelSampler
 
-    return PairwiseModelSampler(space, blocked, learned.feasibility if learned else None, seed=seed,
-                                epoch=(lambda: learned.epoch) if learned else None)
+        return PairwiseModelSampler(space, blocked, learned.feasibility if learned else None, seed=seed,
+                                    epoch=(lambda: learned.epoch) if learned else None,
+                                    start_with_one_pass=one_pass_first)
+
+    return factory
 
 
 def _coordinate(space: SearchSpace, blocked: Blocked, learned: RuleBook | None, seed: int | None) -> BaseSampler:
@@ -127,7 +131,8 @@ def _gp(seed: int | None) -> BaseSampler:
 
 
 STRATEGIES: dict[str, StrategyFactory] = {
-    "model": _model,
+    "model": _model(one_pass_first=False),
+    "pass+model": _model(one_pass_first=True),
     "tpe": _optuna(lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                                            n_startup_trials=8), multivariate=True),
     "random": _optuna(lambda seed: optuna.samplers.RandomSampler(seed=seed)),

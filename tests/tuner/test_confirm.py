@@ -8,16 +8,11 @@ import io
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
-
 from core.types import Config
-from db.store import Store
 from tests.conftest import FIXTURES
-from tests.scripted import ScriptedLauncher
-from tuner.live import SweepView
+from tests.scripted import scripted_sweep
 from tuner.results import SweepResults
-from tuner.space import SearchSpace
-from tuner.study import CONFIRM_ROUNDS, Sweep
+from tuner.study import CONFIRM_ROUNDS
 from tuner.sweep_state import SweepOptions
 
 
@@ -43,16 +38,7 @@ def sweep_with(tmp_path: Path, confirm: int, second: Callable[[int, float], floa
     out = io.StringIO()
     opts = SweepOptions(space_path=str(FIXTURES / "e2e-space.yaml"), db_path=str(tmp_path / "t.db"), budget=12,
                         confirm=confirm, seed=0)
-    launcher: list[ScriptedLauncher] = []
-
-    def make(space: SearchSpace, o: SweepOptions) -> ScriptedLauncher:
-        launcher.append(ScriptedLauncher(space.engine(), script))
-        return launcher[0]
-
-    sweep = Sweep(opts, lambda n, b, s: SweepView(Console(file=out, width=200), n, b, s), make).run()
-    store = Store(opts.db_path)
-    results = SweepResults(sweep, store.runs(sweep.id))
-    store.close()
+    results, _ = scripted_sweep(opts, script, out)
     return results, out.getvalue()
 
 

@@ -6,16 +6,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from rich.console import Console
-
 from core.types import Config, FailureKind
-from db.store import Store
 from tests.conftest import FIXTURES
-from tests.scripted import ScriptedLauncher
-from tuner.live import SweepView
+from tests.scripted import ScriptedLauncher, scripted_sweep
 from tuner.results import SweepResults
-from tuner.space import SearchSpace
-from tuner.study import Sweep
 from tuner.study_db import open_study
 from tuner.sweep_state import SweepOptions
 
@@ -33,18 +27,7 @@ def script(config: Config, before: int) -> float | tuple[FailureKind, str]:
 def sweep(tmp_path: Path, budget: int, out: io.StringIO) -> tuple[SweepResults, ScriptedLauncher]:
     opts = SweepOptions(space_path=str(FIXTURES / "e2e-space.yaml"), db_path=str(tmp_path / "t.db"), budget=budget,
                         seed=1, study_name="learn")
-    made: list[ScriptedLauncher] = []
-
-    def make(space: SearchSpace, o: SweepOptions) -> ScriptedLauncher:
-        made.append(ScriptedLauncher(space.engine(), script))
-        return made[0]
-
-    row = Sweep(opts, lambda n, b, s: SweepView(Console(file=out, width=300), n, b, s), make).run()
-    store = Store(opts.db_path)
-    try:
-        return SweepResults(row, store.runs(row.id), tuple(t for t, _ in store.rules(row.id))), made[0]
-    finally:
-        store.close()
+    return scripted_sweep(opts, script, out)
 
 
 def test_a_covered_proposal_is_avoided_and_costs_no_budget(tmp_path: Path) -> None:
