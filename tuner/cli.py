@@ -154,8 +154,8 @@ def sweep(
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     offline: Annotated[bool, typer.Option(help="Answer trials from the scenario's model: no Ray, no servers "
                                                    "(simulated spaces only).")] = False,
-    sampler: Annotated[str | None, typer.Option(help="Search strategy: model (default), tpe, random, "
-                                                     "coordinate, gp.")] = None,
+    sampler: Annotated[str | None, typer.Option(help="Search strategy: model (default), model-only, tpe, "
+                                                     "random, coordinate, gp.")] = None,
 ) -> None:
     """Launch, benchmark and rank SGLang configurations until the budget is spent (resumable)."""
     import signal

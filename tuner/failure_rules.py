@@ -19,7 +19,8 @@ own rule, and rules that differ in one parameter's values merge.
 
 A rule is *confirmed* (it stops a matching proposal before launch) when the evidence justifies its
 reach: two or more failing configurations support it and, where they differ, they failed at every
-value of that parameter; or the log named it with two or more settings. Otherwise it is *suspected*:
+value of that parameter; or three different failing configurations support it; or the log named it
+with two or more settings. Otherwise it is *suspected*:
 it only weighs the sampler's proposals down (:data:`SUSPECT_ODDS`), so a setting that failed once,
 or that failed with two of three checkpoint formats, is still tried with the third when the model
 expects it to pay; and the tight box the supporting failures span is confirmed instead.
@@ -37,6 +38,7 @@ from tuner.space import SearchSpace
 
 MAX_RULE_SIZE = 3
 SUSPECT_ODDS = 0.25  # a suspected rule's weight on a proposal it covers
+CONFIRMING_FAILURES = 3  # this many different failing configurations confirm a rule whatever else they differ in
 Pair = tuple[str, Any]
 
 
@@ -192,7 +194,7 @@ class Learner:
         (with two or more supporting failures) the tight box around them as a confirmed one."""
         spans = _spans(supports, {n for n, _ in cause})
         justified = all(set(vals) >= set(self.domains.get(n) or vals) for n, vals in spans.items() if len(vals) > 1)
-        if justified and (len(supports) > 1 or (named and len(cause) > 1)):
+        if (justified and (len(supports) > 1 or (named and len(cause) > 1))) or len(supports) >= CONFIRMING_FAILURES:
             return [_rule(cause, supports, sig, named, True)]
         rules = [_rule(cause, supports, sig, named, False)]
         if len(supports) > 1:

@@ -35,6 +35,7 @@ from tuner.whole_config import WholeConfigSampler, config_key, history
 
 SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model's expectation ...
 SURPRISE_NEAR_BEST = 0.97  # ... of a configuration expected within 3% of the best is measured again
+FEASIBILITY_NOISE = 0.1  # probit link of the feasibility GP
 LISTED_CANDIDATES = 60_000  # list the whole space up to this size; else a random pool
 POOL = 4000
 INIT_DESIGN = 6
@@ -223,13 +224,17 @@ class PairwiseModelSampler(WholeConfigSampler):
         return int(top[self.rng.randrange(len(top))])
 
     def _feasibility(self, cand: np.ndarray, ok: np.ndarray, failed: list[Params]) -> np.ndarray:
-        """Chance that a candidate runs, from the nearest launches (failures weigh by closeness)."""
+        """Chance that a candidate runs: a GP on the launches' outcomes (+1 ran, -1 failed) with the same
+        pairwise kernel, so a failure that needs two settings together lowers the chance of exactly
+        the candidates that share both."""
         if not failed:
             return np.ones(len(cand))
         bad = np.array([self.enc.encode(p) for p in failed])
-        w_bad = self.enc.similarity(cand, bad) ** 8
-        w_ok = self.enc.similarity(cand, ok) ** 8
-        return np.asarray((1.0 + w_ok.sum(axis=1)) / (1.0 + w_ok.sum(axis=1) + w_bad.sum(axis=1)))
+        x = np.vstack([ok, bad])
+        labels = np.concatenate([np.ones(len(ok)), -np.ones(len(bad))])
+        mu, sd = Posterior(self.enc, x, labels).predict(cand)
+        z = mu / np.sqrt(sd * sd + FEASIBILITY_NOISE)
+        return np.asarray(0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))))
 
     def _spread(self, cands: list[Params], taken: list[Params]) -> Params:
         """A random candidate far from what was tried (max-min similarity over a random subset)."""

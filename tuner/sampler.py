@@ -131,8 +131,8 @@ def _gp(seed: int | None) -> BaseSampler:
 
 
 STRATEGIES: dict[str, StrategyFactory] = {
-    "model": _model(one_pass_first=False),
-    "pass+model": _model(one_pass_first=True),
+    "model": _model(one_pass_first=True),
+    "model-only": _model(one_pass_first=False),
     "tpe": _optuna(lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                                            n_startup_trials=8), multivariate=True),
     "random": _optuna(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
@@ -166,7 +166,9 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
                  strategy: str | None = None) -> BaseSampler:
     """The sampler of a sweep over ``space``; ``learned`` failure rules are avoided like ``forbid`` rules.
 
-    ``model`` (default): :class:`tuner.model_sampler.PairwiseModelSampler`. ``tpe``: multivariate TPE
+    ``model`` (default): one pass of one-setting-at-a-time moves from the first values, then
+    :class:`tuner.model_sampler.PairwiseModelSampler` (``model-only``: the model from the start).
+    ``tpe``: multivariate TPE
     with constant liar (the earlier default). ``random``. ``coordinate``: one setting at a time from
     the first values (:class:`tuner.coordinate.CoordinateSampler`, what SGLang's auto-benchmark does).
     ``gp``: Optuna's GPSampler (needs torch). The comparison is in docs/performance.md.
