@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from core.errors import TunerError
+from core.types import RunStatus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest SGLang launch configuration for a model on your GPUs.")
@@ -210,7 +211,7 @@ def show(
         results = load_results(db, study)
         if as_json:
             rows = [{**{k: v for k, v in asdict(r).items() if k != "log_tail"},
-                     "tok_s_samples": results.samples(r.config_key) if r.status == "ok" else []}
+                     "tok_s_samples": results.samples(r.config_key) if r.status == RunStatus.OK else []}
                     for r in results.ranked()]
             print(json.dumps({"study": results.sweep.study_name, "time_scale": results.sweep.time_scale,
                               "learned_rules": list(results.rules), "trials": rows}, indent=2, default=str))

@@ -10,6 +10,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from core.types import RunStatus
 from db.store import RunRow
 
 
@@ -79,7 +80,7 @@ class SweepView:
             self.log(f"[group {index}] trial {trial} started: {g.summary}")
 
     def _fmt(self, run: RunRow) -> str:
-        if run.status in ("ok", "cached") and run.tok_s is not None:
+        if run.status in (RunStatus.OK, RunStatus.CACHED) and run.tok_s is not None:
             extra = f" (modelled {run.tok_s / self.time_scale:.2f})" if self.time_scale != 1 else ""
             if (run.metrics or {}).get("early_stopped"):
                 extra += " early-stopped"
@@ -89,12 +90,13 @@ class SweepView:
     def finished(self, run: RunRow, duration_s: float | None, launched: int) -> None:
         """A trial finished (or was answered from the store)."""
         self.done = launched
-        if duration_s is not None and run.status in ("ok", "infeasible"):
+        if duration_s is not None and run.status in (RunStatus.OK, RunStatus.INFEASIBLE):
             self.durations.append(duration_s)
         self.recent = [run, *self.recent][:8]
-        if run.baseline and run.status == "ok":
+        if run.baseline and run.status == RunStatus.OK:
             self.baseline = run
-        if run.tok_s is not None and run.status == "ok" and (self.best is None or run.tok_s > (self.best.tok_s or 0)):
+        if run.tok_s is not None and run.status == RunStatus.OK and (
+                self.best is None or run.tok_s > (self.best.tok_s or 0)):
             self.best = run
         again = (f" ({'re-measuring' if run.remeasure else 'confirming'} #{run.repeat_of})"
                  if run.repeat_of is not None else "")

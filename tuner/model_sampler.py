@@ -30,6 +30,7 @@ from optuna.samplers import RandomSampler
 from optuna.trial import FrozenTrial
 
 from core.errors import ConfigError
+from core.types import RunStatus
 from tuner.space import Param, SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
 
@@ -172,7 +173,7 @@ class PairwiseModelSampler(WholeConfigSampler):
             return None
         key = config_key(trial.params)
         readings = [t for t in trials if t.params and config_key(t.params) == key and t.value
-                    and t.user_attrs.get("status") == "ok"]
+                    and t.user_attrs.get("status") == RunStatus.OK]
         measured, _, _ = history(trials, number)
         measured.pop(key, None)
         if len(readings) != 1 or len(measured) < self.init_design:

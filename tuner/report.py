@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 import plotly.graph_objects as go
 
+from core.types import RunStatus
 from db.store import RunRow
 from tuner.export import launch_script
 from tuner.results import SweepResults, load_results
@@ -50,7 +51,7 @@ def quant_backend_figure(results: SweepResults) -> go.Figure | None:
     text = [[""] * len(xs) for _ in ys]
     for r in runs:
         i, j = ys.index(str(r.params[ys_name])), xs.index(str(r.params[xs_name]))
-        if r.status in ("ok", "cached") and r.tok_s is not None:
+        if r.status in (RunStatus.OK, RunStatus.CACHED) and r.tok_s is not None:
             if z[i][j] is None or r.tok_s > (z[i][j] or 0):
                 z[i][j] = r.tok_s
                 text[i][j] = f"{r.tok_s:.1f}"

@@ -26,7 +26,7 @@ class SweepResults:
     def samples(self, config_key: str) -> list[float]:
         """Every tok/s@C16 measured for a configuration: the first launch and its confirmations."""
         return [r.tok_s for r in self.runs
-                if r.config_key == config_key and r.status == "ok" and r.tok_s is not None]
+                if r.config_key == config_key and r.status == RunStatus.OK and r.tok_s is not None]
 
     def score(self, run: RunRow) -> float:
         """A configuration's tok/s@C16: the median of its measurements."""
@@ -34,7 +34,7 @@ class SweepResults:
 
     def measured(self) -> list[RunRow]:
         """The first measured run of each configuration, best (median) first."""
-        first = [r for r in self.runs if r.status == "ok" and r.tok_s is not None and r.repeat_of is None]
+        first = [r for r in self.runs if r.status == RunStatus.OK and r.tok_s is not None and r.repeat_of is None]
         return sorted(first, key=lambda r: -self.score(r))
 
     def ranked(self) -> list[RunRow]:
@@ -50,7 +50,7 @@ class SweepResults:
 
     def baseline(self) -> RunRow | None:
         """The baseline run (base settings only)."""
-        return next((r for r in self.runs if r.baseline and r.status in ("ok", "infeasible")), None)
+        return next((r for r in self.runs if r.baseline and r.status in (RunStatus.OK, RunStatus.INFEASIBLE)), None)
 
     def failures_by_kind(self) -> dict[str, int]:
         """How many launched runs failed, per failure kind."""

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from core.types import RunStatus
 from tuner.space import Param, SearchSpace
 
 
@@ -79,7 +80,7 @@ def print_bench(console: Console, result: Any, url: str) -> None:
 
 
 def _result_cell(run: Any, time_scale: float, results: Any = None) -> str:
-    if run.tok_s is not None and run.status in ("ok", "cached"):
+    if run.tok_s is not None and run.status in (RunStatus.OK, RunStatus.CACHED):
         samples = results.samples(run.config_key) if results is not None and run.repeat_of is None else []
         value = results.score(run) if len(samples) > 1 else run.tok_s
         modelled = f" ({value / time_scale:.2f})" if time_scale != 1 else ""
@@ -105,11 +106,11 @@ def runs_table(results: Any, limit: int | None = None) -> Table:
         ttft = (run.metrics or {}).get("ttft_ms", {}).get("p50")
         what = ("baseline: " if run.baseline else "") + (
             " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in run.params.items()) or "base settings")
-        if run.status not in ("ok", "cached") or run.tok_s is None:
+        if run.status not in (RunStatus.OK, RunStatus.CACHED) or run.tok_s is None:
             what += f"\n[red]{run.failure_kind or run.status}[/red]: {run.failure_reason[:160]}"
         status = run.status + (f" (= #{run.cached_from})" if run.cached_from is not None else "") + (
             f" (repeat of #{run.repeat_of})" if run.repeat_of is not None else "")
-        share = ([f"{results.score(run) / scale / roofline:.1%}" if run.status == "ok" and run.tok_s else "-"]
+        share = ([f"{results.score(run) / scale / roofline:.1%}" if run.status == RunStatus.OK and run.tok_s else "-"]
                  if roofline else [])
         table.add_row(str(run.trial_number), status, _result_cell(run, scale, results), *share, fmt_num(ttft),
                       fmt_num(run.startup_s), what)

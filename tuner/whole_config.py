@@ -11,6 +11,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from core.types import RunStatus
 from tuner.space import SearchSpace
 
 Params = dict[str, Any]
@@ -62,7 +63,7 @@ def history(trials: Sequence[FrozenTrial], number: int) -> tuple[dict[Key, float
         if t.state == TrialState.RUNNING:
             running.append(dict(t.params))
         elif t.state == TrialState.COMPLETE and t.value is not None:
-            if t.user_attrs.get("status") in ("ok", "cached") and t.value > 0:
+            if t.user_attrs.get("status") in (RunStatus.OK, RunStatus.CACHED) and t.value > 0:
                 values.setdefault(config_key(t.params), []).append(float(t.value))
             else:
                 failed.append(dict(t.params))
