@@ -141,7 +141,7 @@ def _quiet() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", nargs="+", default=SPACES)
+    parser.add_argument("--spaces", nargs="*", default=SPACES, help="(none: only the --random ones)")
     parser.add_argument("--strategies", nargs="+", default=["model", "tpe", "random", "coordinate"])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=int, default=40)

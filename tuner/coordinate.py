@@ -2,8 +2,9 @@
 auto-benchmark. A baseline for comparisons (``--sampler coordinate``), not the default.
 
 From the configuration with every parameter at its first value, try each value of the first
-parameter with the others held; keep the best; go on to the next parameter; start over when all
-were tried once. Derived from the study's trials each time, so it resumes like any sampler.
+parameter with the others held; where one fails and its log names another setting, try it with the
+other values of that setting too (a repair); keep the best; go on to the next parameter; start over
+when all were tried once. Derived from the study's trials each time, so it resumes like any sampler.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from core.errors import ConfigError
+from tuner.failure_rules import Learner, Observation
 from tuner.space import SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
 
@@ -28,17 +30,23 @@ class CoordinateSampler(WholeConfigSampler):
         self.space = space
         self.blocked = blocked
         self.passes = passes
+        self.learner = Learner(space)
 
     def propose(self, trials: Sequence[FrozenTrial], number: int) -> Params | None:
-        """Walk the passes from the first values; the first variant not tried yet."""
+        """Walk the passes from the first values; the first variant (or repair) not tried yet."""
         measured, failed, running = history(trials, number)
         tried = {*measured, *map(config_key, failed), *map(config_key, running)}
+        reasons = {config_key(t.params): (str(t.user_attrs.get("failure_kind", "")),
+                                          str(t.user_attrs.get("failure_reason", "")))
+                   for t in trials if t.params and t.user_attrs.get("status") == "infeasible"}
         current = self.space.from_assignments({}).params
         for _ in range(self.passes):
             for param in self.space.params:
                 if param.name not in current:
                     continue
                 variants = self._variants(current, param.name)
+                variants += [r for v in variants if config_key(v) in reasons
+                             for r in self._repairs(v, param.name, reasons[config_key(v)])]
                 for v in variants:
                     if config_key(v) not in tried and not self.blocked(v):
                         return v
@@ -47,8 +55,20 @@ class CoordinateSampler(WholeConfigSampler):
                     current = max(scored, key=lambda sv: sv[0])[1]
         return None
 
+    def _repairs(self, failed: Params, name: str, why: tuple[str, str]) -> list[Params]:
+        """The failed variant with another value of each other setting its failure's log names:
+        "DeepEP requires ep_size == 8" after ``moe_a2a_backend=deepep`` failed at ep_size 1 tries it
+        at the other EP sizes, as one would by hand."""
+        named = self.learner.named_pairs(Observation(0, failed, why[0] or "failed", why[1]))
+        out: list[Params] = []
+        for other, value in named:
+            if other == name:
+                continue
+            out.extend(v for v in self._variants(failed, other) if v.get(other) != value)
+        return out
+
     def _variants(self, current: Params, name: str) -> list[Params]:
-        out = []
+        out: list[Params] = []
         param = next(p for p in self.space.params if p.name == name)
         for value in param.values() or []:
             try:
