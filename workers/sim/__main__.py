@@ -20,6 +20,7 @@ from datetime import datetime
 from core.errors import ConfigError
 from workers.sim.args import build_parser, options_by_dest
 from workers.sim.engine import Scheduler
+from workers.sim.offline import dying_log
 from workers.sim.scenario import FailureRule, Scenario, evaluate, load_scenario
 from workers.sim.server import ServerState, build_app
 
@@ -33,19 +34,13 @@ def log(message: str, rank: str = "") -> None:
 
 
 def die(rule: FailureRule, default_code: int) -> None:
-    """Print the failure signature and exit like SGLang does (137 = SIGKILL of the whole tree)."""
+    """Print the failure signature (:func:`workers.sim.offline.dying_log`, the lines the offline model
+    reports too) and exit like SGLang does (137 = SIGKILL of the whole tree)."""
     code = rule.exit_code if rule.exit_code is not None else default_code
-    if code == 137:
-        log("Scheduler hit an exception: Traceback (most recent call last):", "TP0")
-        log('  File "sglang/srt/managers/scheduler.py", line 3120, in run_scheduler_process', "TP0")
-        for line in (rule.log or "RuntimeError: simulated failure").splitlines():
-            print(line, file=sys.stderr, flush=True)
-        log("Received sigquit from a child process. It usually means the child failed.")
-        os.kill(os.getpid(), signal.SIGKILL)
-    print("Traceback (most recent call last):", file=sys.stderr)
-    print('  File "sglang/launch_server.py", line 32, in <module>', file=sys.stderr)
-    for line in (rule.log or "ValueError: simulated configuration error").splitlines():
+    for line in dying_log(rule, code):
         print(line, file=sys.stderr, flush=True)
+    if code == 137:
+        os.kill(os.getpid(), signal.SIGKILL)
     sys.exit(code)
 
 
@@ -76,7 +71,6 @@ async def serve(state: ServerState, scenario: Scenario, host: str, port: int) ->
         if failure and failure.at == "hang" and failure.after_requests == 0:
             sched.stalled = True
         if failure and failure.at == "warmup":
-            log("Initialization failed. warmup error: Traceback (most recent call last):")
             die(failure, 137)
         async for _ in sched.generate("The capital city of France is", 8, False):
             pass
