@@ -47,6 +47,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+TREE_GRACE_S = 5.0  # after the main process had its chance, what is left gets this long
+
+
 class ServerProcess:
     """A launched server. Use as a context manager or call ``stop()`` yourself."""
 
@@ -163,8 +166,19 @@ class ServerProcess:
             return []
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """Terminate the whole process tree (idempotent); returns when every process is gone."""
-        terminate_all(self.tree(), grace_s)
+        """Stop the server (idempotent); returns when every process of its tree is gone.
+
+        SIGTERM goes to the server's main process first, whose own handler stops its children (a tree
+        signalled all at once makes SGLang log every normal stop as a crashed scheduler and wait 5 s
+        for crash diagnostics); what is left after ``grace_s`` is terminated as a tree, then killed.
+        """
+        procs = self.tree()
+        main = next((p for p in procs if self.proc is not None and p.pid == self.proc.pid), None)
+        if main is not None:
+            with contextlib.suppress(psutil.Error):
+                main.terminate()
+                main.wait(timeout=grace_s)
+        terminate_all([p for p in procs if p.is_running()], TREE_GRACE_S)
         if self.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5)

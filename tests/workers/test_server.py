@@ -36,3 +36,38 @@ def test_a_line_written_in_two_pieces_is_read_whole(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert not server.alive()
+
+
+PARENT_WITH_A_CHILD = """
+import signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", '''
+import signal, sys, time
+def on_term(*_):
+    print("child: SIGTERM from outside", file=sys.stderr, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("child up", file=sys.stderr, flush=True)
+time.sleep(600)
+'''])
+def on_term(*_):  # like SGLang's main process: it stops its own children
+    print("parent: SIGTERM, stopping my child", file=sys.stderr, flush=True)
+    child.kill()
+    child.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+time.sleep(600)
+"""
+
+
+def test_stop_lets_the_main_process_stop_its_children(tmp_path: Path) -> None:
+    cmd = LaunchCommand(argv=(sys.executable, "-c", PARENT_WITH_A_CHILD), env={})
+    server = ServerProcess(cmd, tmp_path / "server.log", url=f"http://127.0.0.1:{free_port()}")
+    server.start()
+    wait_for(lambda: "child up" in server.read_log(), 30, "the child to start")
+    children = [p for p in server.tree() if p.pid != server.proc.pid]  # type: ignore[union-attr]
+    assert len(children) == 1
+    server.stop()
+    log = server.read_log()
+    assert "parent: SIGTERM, stopping my child" in log
+    assert "child: SIGTERM from outside" not in log, "only the main process is signalled first"
+    assert not server.alive() and not children[0].is_running()
