@@ -51,6 +51,7 @@ time.sleep(600)
 '''])
 def on_term(*_):  # like SGLang's main process: it stops its own children
     print("parent: SIGTERM, stopping my child", file=sys.stderr, flush=True)
+    time.sleep(0.5)  # a child signalled directly would have said so by now
     child.kill()
     child.wait()
     sys.exit(0)
