@@ -142,7 +142,7 @@ StudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (defau
 def sweep(
     space: Annotated[Path | None, typer.Option(help="Search-space YAML (default: the bundled no-GPU demo).")]
     = None,
-    budget: Annotated[int, typer.Option(min=1, help="Distinct configurations to launch.")] = 40,
+    budget: Annotated[int, typer.Option(min=1, max=1_000_000, help="Distinct configurations to launch.")] = 40,
     confirm: Annotated[int, typer.Option(min=0, help="Then measure the N best once more; rank by median.")]
     = 0,
     db: DbOpt = Path("tuner.db"),
@@ -232,16 +232,14 @@ def export(
     = "sh",
 ) -> None:
     """Export a measured configuration: the exact command that was benchmarked."""
-    from tuner.export import export_text
+    from tuner.export import export_text, write_output
 
     def go() -> None:
         text = export_text(db, study, trial, fmt)
         if output is None:
             sys.stdout.write(text)
             return
-        output.write_text(text)
-        if fmt == "sh":
-            output.chmod(0o755)
+        write_output(output, text, 0o755 if fmt == "sh" else None)
         err_console.print(f"wrote {output}", markup=False)
 
     _run(go)
@@ -252,7 +250,7 @@ def dashboard(
     db: DbOpt = Path("tuner.db"),
     host: Annotated[str, typer.Option(help="Interface to bind (no authentication: keep it local).")]
     = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 8080,
 ) -> None:
     """Serve optuna-dashboard on the sweep database (metrics, logs and launch scripts per trial)."""
     from tuner.dashboard import make_dashboard

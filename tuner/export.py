@@ -224,3 +224,13 @@ def export_text(db_path: str | Path, study: str | None, trial: int | None, fmt: 
     if fmt == "yaml":
         return as_sglang_config(run, results.sweep)
     return launch_script(run, results.sweep, samples=results.samples(run.config_key))
+
+
+def write_output(path: Path, text: str, mode: int | None = None) -> None:
+    """Write a product file; ConfigError naming ``-o`` when the path cannot take it."""
+    try:
+        path.write_text(text, encoding="utf-8")
+        if mode is not None:
+            path.chmod(mode)
+    except OSError as exc:
+        raise ConfigError(f"-o {path}: cannot write: {exc.strerror}") from exc

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from core.types import RunStatus
 from db.store import RunRow
-from tuner.export import launch_script
+from tuner.export import launch_script, write_output
 from tuner.results import SweepResults, load_results
 from tuner.study_db import open_study
 
@@ -160,5 +160,5 @@ def write_report(db_path: str | Path, study_name: str | None, output: str | Path
     results = load_results(db_path, study_name)
     study = open_study(db_path, results.sweep.study_name, None, create=False)
     out = Path(output)
-    out.write_text(build_report(results, study), encoding="utf-8")
+    write_output(out, build_report(results, study))
     return out

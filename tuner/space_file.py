@@ -138,9 +138,11 @@ def load_space_file(path: str | Path) -> tuple[SpaceFile, str]:
     """Read and shape-check a space file; returns the model and the raw YAML text."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not a text file (byte {exc.start} is not UTF-8)") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -20,13 +20,25 @@ from tuner.space_file import ParamSpec, SpaceFile, load_space_file
 
 
 def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, Any]:
-    """``["ep_size=2", "quant_format=nvfp4"]`` -> typed values (YAML scalars)."""
+    """``["ep_size=2", "quant_format=nvfp4"]`` -> typed values: a choice of the parameter whose text is
+    the value (so ``speculative=off`` is the choice ``off``, not YAML's false), else a YAML scalar,
+    else the text itself."""
     out: dict[str, Any] = {}
+    params = {p.name: p for p in space.params}
     for item in items:
         key, sep, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected param=value")
-        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        param = params.get(key)
+        as_text = [v for v in (param.values() or []) if str(v) == raw] if param else []
+        if as_text:
+            out[key] = as_text[0]
+            continue
+        try:
+            out[key] = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            out[key] = raw
     return out
 
 

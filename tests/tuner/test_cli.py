@@ -78,3 +78,36 @@ def test_bench_a_running_server_that_wants_an_api_key(tmp_path: Path) -> None:
         assert denied.returncode == 1 and "401" in denied.stderr and len(denied.stderr.strip().splitlines()) == 1
     finally:
         server.stop()
+
+
+def test_inputs_that_used_to_crash_get_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Seen with tracebacks before: a binary space, a --set value that is no YAML, YAML's `off` for a
+    choice named "off", a port or budget out of range (checked before anything starts)."""
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(128, 256)))
+    demo = str(SPACES / "demo-sim.yaml")
+    checks = [
+        (("validate", str(binary)), f"error: {binary}: not a text file (byte 0 is not UTF-8)"),
+        (("render", demo, "--set", "quant_format=[unclosed"),
+         "error: --set quant_format=[unclosed: not a value of quant_format (mxfp4, nvfp4)"),
+    ]
+    for args, line in checks:
+        proc = _run(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], (args, proc.stderr)
+    off = _run("render", demo, "--set", "speculative=off", cwd=tmp_path)
+    assert off.returncode == 0 and "--speculative-algorithm" not in off.stdout, off.stderr
+    for option, value in (("--port", "99999"), ("--budget", "99999999999999999999")):
+        command = "dashboard" if option == "--port" else "sweep"
+        proc = _run(command, option, value, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and option in proc.stderr
+
+
+def test_writing_a_product_where_it_cannot_go_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "o.db"
+    assert _run("sweep", "--offline", "--budget", "2", "--db", str(db), cwd=tmp_path).returncode == 0
+    for command in ("export", "report"):
+        for target in (tmp_path / "missing" / "out", tmp_path):
+            proc = _run(command, "--db", str(db), "-o", str(target), cwd=tmp_path)
+            assert proc.returncode == 2, proc.stderr
+            assert proc.stderr.startswith(f"error: -o {target}: cannot write: "), proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1

@@ -159,9 +159,11 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario; ConfigError (one line, key path) on any problem."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read scenario: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not a text file (byte {exc.start} is not UTF-8)") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
     try:
