@@ -12,13 +12,14 @@ import typer
 from rich.console import Console
 
 from core.errors import TunerError
-from core.types import RunStatus
+from core.types import BenchConfig, RunStatus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest SGLang launch configuration for a model on your GPUs.")
 console = Console(width=None if sys.stdout.isatty() else 180)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 F = TypeVar("F", bound=Callable[..., Any])
+BENCH = BenchConfig()  # the benchmark's defaults, written once (core.types)
 
 SpaceArg = Annotated[Path, typer.Argument(help="Search-space YAML file.")]
 
@@ -94,12 +95,14 @@ def render(
 @app.command()
 def bench(
     url: Annotated[str, typer.Option(help="Base URL of a running SGLang server.")],
-    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent streams (closed loop).")] = 16,
-    input_len: Annotated[int, typer.Option(min=1, help="Input tokens per request.")] = 1024,
-    output_len: Annotated[int, typer.Option(min=2, help="Output tokens per request (ignore_eos).")] = 256,
-    warmup: Annotated[float, typer.Option(min=0, help="Seconds of warm-up, not counted.")] = 20.0,
-    duration: Annotated[float, typer.Option(min=0.1, help="Seconds of the measurement window.")] = 60.0,
-    repeats: Annotated[int, typer.Option(min=1, help="Consecutive windows (median and spread).")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent streams (closed loop).")] = BENCH.concurrency,
+    input_len: Annotated[int, typer.Option(min=1, help="Input tokens per request.")] = BENCH.input_len,
+    output_len: Annotated[int, typer.Option(min=2, help="Output tokens per request (ignore_eos).")]
+    = BENCH.output_len,
+    warmup: Annotated[float, typer.Option(min=0, help="Seconds of warm-up, not counted.")] = BENCH.warmup_s,
+    duration: Annotated[float, typer.Option(min=0.1, help="Seconds of the measurement window.")]
+    = BENCH.duration_s,
+    repeats: Annotated[int, typer.Option(min=1, help="Consecutive windows (median and spread).")] = BENCH.repeats,
     api: Annotated[str, typer.Option(help="generate (native) or completions (OpenAI).")] = "generate",
     api_key: Annotated[str | None, typer.Option(envvar="SGLANG_API_KEY",
                                                 help="The server's --api-key (sent as a Bearer token).")] = None,

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import ConfigError
+from core.types import BenchConfig, GatePrompt
 from core.validation import format_validation_error
 
 Scalar = str | int | float | bool
@@ -55,19 +56,23 @@ class ParamSpec(_Strict):
         return self
 
 
-class BenchmarkSpec(_Strict):
-    """The ``benchmark:`` section (defaults: C16, 1024 in, 256 out, 20 s warm-up, 60 s window)."""
+_BENCH = BenchConfig()
 
-    concurrency: Annotated[int, Field(ge=1)] = 16
-    input_len: Annotated[int, Field(ge=1)] = 1024
-    output_len: Annotated[int, Field(ge=2)] = 256
-    warmup_s: Annotated[float, Field(ge=0)] = 20.0
-    duration_s: Annotated[float, Field(gt=0)] = 60.0
-    repeats: Annotated[int, Field(ge=1)] = 1
+
+class BenchmarkSpec(_Strict):
+    """The ``benchmark:`` section; its defaults are :class:`core.types.BenchConfig`'s (C16, 1024 in,
+    256 out, 20 s warm-up, 60 s window), the one place they are written."""
+
+    concurrency: Annotated[int, Field(ge=1)] = _BENCH.concurrency
+    input_len: Annotated[int, Field(ge=1)] = _BENCH.input_len
+    output_len: Annotated[int, Field(ge=2)] = _BENCH.output_len
+    warmup_s: Annotated[float, Field(ge=0)] = _BENCH.warmup_s
+    duration_s: Annotated[float, Field(gt=0)] = _BENCH.duration_s
+    repeats: Annotated[int, Field(ge=1)] = _BENCH.repeats
     api: Literal["generate", "completions"] = "generate"
-    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
-    max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05
-    early_stop_window_s: Annotated[float, Field(gt=0)] | None = None
+    request_timeout_s: Annotated[float, Field(gt=0)] = _BENCH.request_timeout_s
+    max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = _BENCH.max_failed_fraction
+    early_stop_window_s: Annotated[float, Field(gt=0)] | None = _BENCH.early_stop_window_s
     early_stop_fraction: Annotated[float, Field(gt=0, le=1)] = 0.8
 
     @model_validator(mode="after")
@@ -84,7 +89,7 @@ class GatePromptSpec(_Strict):
     text: str
     expect: str | None = None
     expect_regex: str | None = None
-    max_new_tokens: Annotated[int, Field(ge=1)] = 32
+    max_new_tokens: Annotated[int, Field(ge=1)] = GatePrompt.max_new_tokens
 
 
 class GateSpec(_Strict):
