@@ -88,48 +88,58 @@ async def _final(gen: AsyncIterator[Request]) -> Request:
     return last
 
 
-def build_app(state: ServerState) -> Starlette:
-    """The Starlette application of one simulated server."""
-    sched = state.scheduler
+class Endpoints:
+    """SGLang's HTTP API over one simulated server's state (each method is a route)."""
 
-    async def health(_: HttpRequest) -> Response:
-        if not state.up:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.sched = state.scheduler
+
+    async def health(self, _: HttpRequest) -> Response:
+        """/health and /health_generate: 503 until up, then one generated token."""
+        if not self.state.up:
             return Response(status_code=503)
-        async for _req in sched.generate("", 1, True):
+        async for _req in self.sched.generate("", 1, True):
             pass
         return Response(status_code=200)
 
-    async def ready(_: HttpRequest) -> Response:
-        return Response(status_code=200 if state.up else 503)
+    async def ready(self, _: HttpRequest) -> Response:
+        """/ready."""
+        return Response(status_code=200 if self.state.up else 503)
 
-    async def model_info(_: HttpRequest) -> Response:
-        return JSONResponse({"model_path": state.options.get("model_path"),
-                             "served_model_name": state.served_model_name,
-                             "tokenizer_path": state.options.get("tokenizer_path") or
-                             state.options.get("model_path"), "is_generation": True,
-                             "preferred_sampling_params": None, "weight_version": "default",
-                             "load_format": state.options.get("load_format"),
+    async def model_info(self, _: HttpRequest) -> Response:
+        """/model_info and /get_model_info."""
+        opts = self.state.options
+        return JSONResponse({"model_path": opts.get("model_path"), "served_model_name": self.state.served_model_name,
+                             "tokenizer_path": opts.get("tokenizer_path") or opts.get("model_path"),
+                             "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                             "load_format": opts.get("load_format"),
                              "model_type": "deepseek_v4", "architectures": ["DeepseekV4ForCausalLM"]})
 
-    async def server_info(_: HttpRequest) -> Response:
+    async def server_info(self, _: HttpRequest) -> Response:
+        """/server_info and /get_server_info: the options, the version, the simulated figures."""
+        state = self.state
         info = {k: v for k, v in state.options.items() if k != "sim_scenario"}
         info.update({"version": state.version, "startup_time": state.started_at, "frontend": "python",
-                     "internal_states": [{"avg_spec_accept_length": sched.avg_accept_length(),
+                     "internal_states": [{"avg_spec_accept_length": self.sched.avg_accept_length(),
                                           "last_gen_throughput": state.outcome.tok_s_c16}],
                      "simulated": {"scenario": state.scenario.name, "time_scale": state.scenario.time_scale,
                                    "modelled_tok_s_c16": state.outcome.tok_s_c16 * state.outcome.noise_factor}})
         return JSONResponse(info)
 
-    async def models(_: HttpRequest) -> Response:
-        name = state.served_model_name
+    async def models(self, _: HttpRequest) -> Response:
+        """/v1/models."""
+        name = self.state.served_model_name
         return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "root": name,
                                                          "owned_by": "sglang", "max_model_len": 163840}]})
 
-    async def flush_cache(_: HttpRequest) -> Response:
-        sched.flush()
+    async def flush_cache(self, _: HttpRequest) -> Response:
+        """/flush_cache."""
+        self.sched.flush()
         return Response("Cache flushed.\nPlease check backend logs for more details.", status_code=200)
 
-    async def generate(http: HttpRequest) -> Response:
+    async def generate(self, http: HttpRequest) -> Response:
+        """/generate: SGLang's native API, streaming or not."""
         try:
             body = await http.json()
         except ValueError:
@@ -139,99 +149,120 @@ def build_app(state: ServerState) -> Starlette:
             return _error("Either text, input_ids or input_embeds should be provided.")
         if (has_text and not isinstance(body["text"], str)) or (has_ids and not isinstance(body["input_ids"], list)):
             return _error("The simulated engine supports one prompt per request.")
-        if has_text and state.skip_tokenizer:
+        if has_text and self.state.skip_tokenizer:
             return _error("text input requires a tokenizer; the server runs with --skip-tokenizer-init")
         prompt = body.get("text") or ""
         prompt_tokens = count_prompt_tokens(prompt) if has_text else len(body["input_ids"])
         params = body.get("sampling_params") or {}
-        max_new = int(params.get("max_new_tokens") or 128)
         rid = body.get("rid") or uuid.uuid4().hex
         t0 = time.perf_counter()
-        gen = sched.generate(prompt, max_new, bool(params.get("ignore_eos")))
+        gen = self.sched.generate(prompt, int(params.get("max_new_tokens") or 128), bool(params.get("ignore_eos")))
         if not body.get("stream"):
-            return JSONResponse(_generate_event(state, await _final(gen), prompt_tokens, rid, t0))
+            return JSONResponse(_generate_event(self.state, await _final(gen), prompt_tokens, rid, t0))
 
         async def stream() -> AsyncIterator[bytes]:
             async for req in gen:
-                yield _sse(_generate_event(state, req, prompt_tokens, rid, t0))
+                yield _sse(_generate_event(self.state, req, prompt_tokens, rid, t0))
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
-    async def openai(http: HttpRequest) -> Response:
+    async def openai(self, http: HttpRequest) -> Response:
+        """/v1/completions and /v1/chat/completions, streaming (with usage options) or not."""
         chat = http.url.path.endswith("chat/completions")
         try:
             body = await http.json()
         except ValueError:
             return _error("Invalid JSON body")
-        if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                return _error("messages must be a non-empty list")
-            prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-            max_new = body.get("max_completion_tokens") or body.get("max_tokens") or 2048
-        else:
-            raw = body.get("prompt")
-            if raw is None:
-                return _error("prompt is required")
-            prompt = raw if isinstance(raw, str) else ""
-            max_new = body.get("max_tokens") or 16
-        prompt_tokens = count_prompt_tokens(prompt) if prompt else len(body.get("prompt") or [1])
-        gen = sched.generate(prompt, int(max_new), bool(body.get("ignore_eos")))
-        rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), state.served_model_name
-        obj = "chat.completion" if chat else "text_completion"
-        stream_options = body.get("stream_options") or {}
-        usage_wanted = bool(stream_options.get("include_usage"))
-        usage_every_chunk = bool(stream_options.get("continuous_usage_stats"))
-
-        def choice(delta: str, finish: str | None, first: bool) -> dict[str, Any]:
-            if chat:
-                d: dict[str, Any] = {"content": delta}
-                if first:
-                    d["role"] = "assistant"
-                return {"index": 0, "delta": d, "finish_reason": finish}
-            return {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
-
-        def usage(req: Request) -> dict[str, int]:
-            return {"prompt_tokens": prompt_tokens, "completion_tokens": len(req.pieces),
-                    "total_tokens": prompt_tokens + len(req.pieces)}
-
+        asked = _openai_prompt(body, chat)
+        if isinstance(asked, Response):
+            return asked
+        prompt, max_new = asked
+        reply = _OpenAIReply(chat, self.state.served_model_name,
+                             count_prompt_tokens(prompt) if prompt else len(body.get("prompt") or [1]))
+        gen = self.sched.generate(prompt, max_new, bool(body.get("ignore_eos")))
         if not body.get("stream"):
-            last = await _final(gen)
-            text = "".join(last.pieces)
-            msg = ({"index": 0, "message": {"role": "assistant", "content": text},
-                    "finish_reason": last.finish_reason} if chat else
-                   {"index": 0, "text": text, "logprobs": None, "finish_reason": last.finish_reason})
-            return JSONResponse({"id": rid, "object": obj, "created": created, "model": model,
-                                 "choices": [msg], "usage": usage(last)})
+            return JSONResponse(reply.whole(await _final(gen)))
+        options = body.get("stream_options") or {}
+        return StreamingResponse(reply.stream(gen, bool(options.get("include_usage")),
+                                              bool(options.get("continuous_usage_stats"))),
+                                 media_type="text/event-stream")
 
-        async def stream() -> AsyncIterator[bytes]:
-            sent, last = 0, None
-            async for req in gen:
-                last = req
-                delta = "".join(req.pieces[sent:])
-                finish = req.finish_reason if req.finished else None
-                chunk = {"id": rid, "object": obj + (".chunk" if chat else ""), "created": created,
-                         "model": model, "choices": [choice(delta, finish, sent == 0)]}
-                if usage_every_chunk:
-                    chunk["usage"] = usage(req)
-                yield _sse(chunk)
-                sent = len(req.pieces)
-            if usage_wanted and last is not None:
-                yield _sse({"id": rid, "object": obj + (".chunk" if chat else ""), "created": created,
-                            "model": model, "choices": [], "usage": usage(last)})
-            yield b"data: [DONE]\n\n"
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+def _openai_prompt(body: dict[str, Any], chat: bool) -> tuple[str, int] | Response:
+    """The prompt text and token budget of an OpenAI-style request, or the 400 answer."""
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error("messages must be a non-empty list")
+        prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        return prompt, int(body.get("max_completion_tokens") or body.get("max_tokens") or 2048)
+    raw = body.get("prompt")
+    if raw is None:
+        return _error("prompt is required")
+    return (raw if isinstance(raw, str) else ""), int(body.get("max_tokens") or 16)
 
+
+class _OpenAIReply:
+    """The shape of one OpenAI-style answer: whole, or as SSE chunks."""
+
+    def __init__(self, chat: bool, model: str, prompt_tokens: int) -> None:
+        self.chat, self.model, self.prompt_tokens = chat, model, prompt_tokens
+        self.rid, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        self.obj = "chat.completion" if chat else "text_completion"
+
+    def usage(self, req: Request) -> dict[str, int]:
+        """Token counts so far."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": len(req.pieces),
+                "total_tokens": self.prompt_tokens + len(req.pieces)}
+
+    def choice(self, delta: str, finish: str | None, first: bool) -> dict[str, Any]:
+        """One streamed choice: a delta of a chat message, or text."""
+        if self.chat:
+            d: dict[str, Any] = {"content": delta}
+            if first:
+                d["role"] = "assistant"
+            return {"index": 0, "delta": d, "finish_reason": finish}
+        return {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
+
+    def whole(self, last: Request) -> dict[str, Any]:
+        """The non-streaming answer."""
+        text = "".join(last.pieces)
+        msg = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": last.finish_reason}
+               if self.chat else {"index": 0, "text": text, "logprobs": None, "finish_reason": last.finish_reason})
+        return {"id": self.rid, "object": self.obj, "created": self.created, "model": self.model,
+                "choices": [msg], "usage": self.usage(last)}
+
+    async def stream(self, gen: AsyncIterator[Request], usage_at_end: bool,
+                     usage_every_chunk: bool) -> AsyncIterator[bytes]:
+        """The SSE chunks, usage in every chunk or in a last one as asked, then [DONE]."""
+        head = {"id": self.rid, "object": self.obj + (".chunk" if self.chat else ""), "created": self.created,
+                "model": self.model}
+        sent, last = 0, None
+        async for req in gen:
+            last = req
+            finish = req.finish_reason if req.finished else None
+            chunk = {**head, "choices": [self.choice("".join(req.pieces[sent:]), finish, sent == 0)]}
+            if usage_every_chunk:
+                chunk["usage"] = self.usage(req)
+            yield _sse(chunk)
+            sent = len(req.pieces)
+        if usage_at_end and last is not None:
+            yield _sse({**head, "choices": [], "usage": self.usage(last)})
+        yield b"data: [DONE]\n\n"
+
+
+def build_app(state: ServerState) -> Starlette:
+    """The Starlette application of one simulated server."""
+    api = Endpoints(state)
     routes = [
-        Route("/health", health), Route("/health_generate", health), Route("/ready", ready),
-        Route("/model_info", model_info), Route("/get_model_info", model_info),
-        Route("/server_info", server_info), Route("/get_server_info", server_info),
-        Route("/v1/models", models), Route("/flush_cache", flush_cache, methods=["POST", "GET"]),
-        Route("/generate", generate, methods=["POST"]),
-        Route("/v1/completions", openai, methods=["POST"]),
-        Route("/v1/chat/completions", openai, methods=["POST"]),
+        Route("/health", api.health), Route("/health_generate", api.health), Route("/ready", api.ready),
+        Route("/model_info", api.model_info), Route("/get_model_info", api.model_info),
+        Route("/server_info", api.server_info), Route("/get_server_info", api.server_info),
+        Route("/v1/models", api.models), Route("/flush_cache", api.flush_cache, methods=["POST", "GET"]),
+        Route("/generate", api.generate, methods=["POST"]),
+        Route("/v1/completions", api.openai, methods=["POST"]),
+        Route("/v1/chat/completions", api.openai, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     api_key = state.options.get("api_key")
