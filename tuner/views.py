@@ -142,8 +142,13 @@ def print_summary(console: Console, results: Any) -> None:
     kinds = results.failures_by_kind()
     if kinds:
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
+    suspected = [rule for rule in results.rules if "(suspected, " in rule]
     for rule in results.rules:
-        console.print(f"learned: {rule}", markup=False, highlight=False, soft_wrap=True)
+        if rule not in suspected:
+            console.print(f"learned: {rule}", markup=False, highlight=False, soft_wrap=True)
+    if suspected:
+        console.print(f"{len(suspected)} suspected rule(s) only steer the search (all of them: show --json, report)",
+                      markup=False, highlight=False)
     if results.avoided():
         console.print(f"{results.avoided()} proposal(s) matched a learned rule and were not launched (no budget)")
     console.print(f"export it: tuner export --study {sweep.study_name} -o launch.sh", markup=False)
