@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -222,3 +223,11 @@ class TrialResult:
     def ok(self) -> bool:
         """True when the trial produced a valid measurement."""
         return self.failure_kind is None and self.bench is not None
+
+    @classmethod
+    def unreported(cls, trial_number: int, config: Config, *, node: str, gpu_ids: tuple[str, ...],
+                   sglang_version: str, started_at: float, kind: FailureKind, reason: str) -> TrialResult:
+        """The result of a trial whose runner could not report one (lost, or stopped first)."""
+        return cls(trial_number=trial_number, config_key=config.key(), argv=(), env=dict(config.env),
+                   sglang_version=sglang_version, node=node, gpu_ids=gpu_ids, started_at=started_at,
+                   finished_at=time.time(), failure_kind=kind, failure_reason=reason)

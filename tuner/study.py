@@ -353,10 +353,9 @@ class Sweep:
 
 def _interrupted(p: Pending, node: NodeInfo, why: str) -> TrialResult:
     """The result of a trial that was stopped before it could report one."""
-    return TrialResult(trial_number=p.trial.number, config_key=p.config.key(), argv=(), env=dict(p.config.env),
-                       sglang_version=node.sglang_version, node=p.slot.host, gpu_ids=p.slot.gpu_ids,
-                       started_at=p.sent_at, finished_at=time.time(), failure_kind=FailureKind.INTERRUPTED,
-                       failure_reason=why)
+    return TrialResult.unreported(p.trial.number, p.config, node=p.slot.host, gpu_ids=p.slot.gpu_ids,
+                                  sglang_version=node.sglang_version, started_at=p.sent_at,
+                                  kind=FailureKind.INTERRUPTED, reason=why)
 
 
 def _fixed_params(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:

@@ -68,8 +68,10 @@ class RayLauncher:
         except ray.exceptions.RayError as exc:
             lines = str(exc).strip().splitlines()
             group = self.cluster.groups[sent.slot]
-            result = lost_result(sent.spec, group.node.host, group.gpu_ids, group.node.sglang_version,
-                                 sent.sent_at, f"GPU-group actor lost: {lines[-1] if lines else type(exc).__name__}")
+            result = TrialResult.unreported(
+                sent.spec.trial_number, sent.spec.config, node=group.node.host, gpu_ids=group.gpu_ids,
+                sglang_version=group.node.sglang_version, started_at=sent.sent_at, kind=FailureKind.INFRASTRUCTURE,
+                reason=f"GPU-group actor lost: {lines[-1] if lines else type(exc).__name__}")
             try:
                 self.cluster.replace(group)
             except Exception:
@@ -94,11 +96,3 @@ class RayLauncher:
     def close(self) -> None:
         """Kill the actors and leave Ray."""
         self.cluster.shutdown()
-
-
-def lost_result(spec: TrialSpec, host: str, gpu_ids: tuple[str, ...], sglang_version: str, started_at: float,
-                reason: str, kind: FailureKind = FailureKind.INFRASTRUCTURE) -> TrialResult:
-    """A result for a trial whose runner could not report one itself."""
-    return TrialResult(trial_number=spec.trial_number, config_key=spec.config.key(), argv=(),
-                       env=dict(spec.config.env), sglang_version=sglang_version, node=host, gpu_ids=gpu_ids,
-                       started_at=started_at, finished_at=time.time(), failure_kind=kind, failure_reason=reason)
