@@ -119,6 +119,64 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+class _Run:
+    """The moving parts of one benchmark run: the requests so far, why it must stop, early stopping."""
+
+    def __init__(self, cfg: BenchConfig, should_stop: Callable[[], bool] | None) -> None:
+        self.cfg, self.should_stop = cfg, should_stop
+        self.rng = random.Random(cfg.seed)
+        self.path, _ = _payload(cfg, [])
+        self.records: list[Record] = []
+        self.warm_end = time.perf_counter() + cfg.warmup_s
+        self.end = self.warm_end + cfg.repeats * cfg.duration_s
+        self.failures = 0
+        self.abort: list[str] = []
+        window = cfg.early_stop_window_s
+        self.early_at = (self.warm_end + window if cfg.early_stop_below_tok_s and window and window < cfg.duration_s
+                         else None)
+        self.early_stopped = False
+
+    async def worker(self, client: httpx.AsyncClient) -> None:
+        """One closed-loop stream: a request after each response until the end or an abort."""
+        cfg = self.cfg
+        while time.perf_counter() < self.end and not self.abort:
+            prompt = [self.rng.randrange(1000, 30000) for _ in range(cfg.input_len)]
+            _, body = _payload(cfg, prompt)
+            rec = Record(start=time.perf_counter())
+            self.records.append(rec)
+            await _one_request(client, self.path, body, cfg.api, rec)
+            if rec.error:
+                self.failures += 1
+                if self.failures >= EARLY_ABORT_FAILURES and not any(r.finished for r in self.records):
+                    self.abort.append(rec.error)
+                await asyncio.sleep(FAILURE_BACKOFF_S)
+
+    async def watch(self) -> None:
+        """Return when the run should end early (clearly slow), or abort when ``should_stop`` says so."""
+        checked = self.early_at is None
+        while self.should_stop is None or not self.should_stop():
+            if not checked and self.early_at is not None and time.perf_counter() >= self.early_at:
+                checked = True
+                rate = tokens_in(self.records, self.warm_end, self.early_at) / (self.early_at - self.warm_end)
+                if rate < (self.cfg.early_stop_below_tok_s or 0.0):
+                    self.early_stopped = True
+                    return
+            await asyncio.sleep(STOP_POLL_S)
+        self.abort.append("stopped: the server is no longer running")
+
+    def result(self, url: str) -> BenchResult:
+        """The metrics, or BenchmarkError with the reason there are none."""
+        now = time.perf_counter()
+        if self.abort and self.abort[0].startswith("stopped:"):
+            raise BenchmarkError(f"{url}: {self.abort[0]}")
+        if self.abort:
+            raise BenchmarkError(f"{url}: every request failed ({self.failures} failures), last: {self.abort[0]}")
+        if self.early_stopped and self.early_at is not None:
+            short = dataclasses.replace(self.cfg, duration_s=self.early_at - self.warm_end, repeats=1)
+            return dataclasses.replace(summarize(self.records, short, self.warm_end, now, url), early_stopped=True)
+        return summarize(self.records, self.cfg, self.warm_end, now, url)
+
+
 async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTransport | None = None,
                         on_phase: Callable[[str], None] | None = None,
                         should_stop: Callable[[], bool] | None = None, api_key: str | None = None) -> BenchResult:
@@ -131,60 +189,19 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
     (measured over that short window) says ``early_stopped``. ``api_key``: the server's ``--api-key``,
     sent as ``Authorization: Bearer``.
     """
-    rng = random.Random(cfg.seed)
-    path, _ = _payload(cfg, [])
     timeout = httpx.Timeout(cfg.request_timeout_s, connect=min(10.0, cfg.request_timeout_s))
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
-    records: list[Record] = []
-    t0 = time.perf_counter()
-    warm_end = t0 + cfg.warmup_s
-    end = warm_end + cfg.repeats * cfg.duration_s
-    failures_in_span = 0
-    abort: list[str] = []
-    early_at = (warm_end + cfg.early_stop_window_s
-                if cfg.early_stop_below_tok_s and cfg.early_stop_window_s and cfg.early_stop_window_s < cfg.duration_s
-                else None)
-    early_stopped = False
-
-    async def worker(client: httpx.AsyncClient) -> None:
-        nonlocal failures_in_span
-        while time.perf_counter() < end and not abort:
-            prompt = [rng.randrange(1000, 30000) for _ in range(cfg.input_len)]
-            _, body = _payload(cfg, prompt)
-            rec = Record(start=time.perf_counter())
-            records.append(rec)
-            await _one_request(client, path, body, cfg.api, rec)
-            if rec.error:
-                failures_in_span += 1
-                ok = sum(1 for r in records if r.finished)
-                if failures_in_span >= EARLY_ABORT_FAILURES and ok == 0:
-                    abort.append(rec.error)
-                await asyncio.sleep(FAILURE_BACKOFF_S)
-
+    run = _Run(cfg, should_stop)
     if on_phase is not None:
         on_phase("warm-up")
         asyncio.get_running_loop().call_later(cfg.warmup_s, on_phase, "measuring")
     async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout, limits=limits,
                                  headers=auth_headers(api_key)) as client:
-        tasks = [asyncio.create_task(worker(client)) for _ in range(cfg.concurrency)]
-
-        async def watch() -> None:
-            nonlocal early_stopped
-            checked = early_at is None
-            while should_stop is None or not should_stop():
-                if not checked and early_at is not None and time.perf_counter() >= early_at:
-                    checked = True
-                    rate = tokens_in(records, warm_end, early_at) / (early_at - warm_end)
-                    if rate < (cfg.early_stop_below_tok_s or 0.0):
-                        early_stopped = True
-                        return
-                await asyncio.sleep(STOP_POLL_S)
-            abort.append("stopped: the server is no longer running")
-
-        watcher = asyncio.create_task(watch())
+        tasks = [asyncio.create_task(run.worker(client)) for _ in range(cfg.concurrency)]
+        watcher = asyncio.create_task(run.watch())
         workers_done = asyncio.gather(*tasks, return_exceptions=True)
         waited: list[asyncio.Future[Any]] = [watcher, workers_done]
-        await asyncio.wait(waited, timeout=max(end - time.perf_counter(), 0.0),
+        await asyncio.wait(waited, timeout=max(run.end - time.perf_counter(), 0.0),
                            return_when=asyncio.FIRST_COMPLETED)
         for task in [*tasks, watcher]:
             task.cancel()
@@ -193,15 +210,7 @@ async def run_benchmark(url: str, cfg: BenchConfig, transport: httpx.AsyncBaseTr
         for outcome in outcomes:
             if isinstance(outcome, Exception) and not isinstance(outcome, asyncio.CancelledError):
                 raise BenchmarkError(f"{url}: benchmark client error: {outcome!r}")
-    now = time.perf_counter()
-    if abort and abort[0].startswith("stopped:"):
-        raise BenchmarkError(f"{url}: {abort[0]}")
-    if abort:
-        raise BenchmarkError(f"{url}: every request failed ({failures_in_span} failures), last: {abort[0]}")
-    if early_stopped and early_at is not None:
-        short = dataclasses.replace(cfg, duration_s=early_at - warm_end, repeats=1)
-        return dataclasses.replace(summarize(records, short, warm_end, now, url), early_stopped=True)
-    return summarize(records, cfg, warm_end, now, url)
+    return run.result(url)
 
 
 def summarize(records: list[Record], cfg: BenchConfig, warm_end: float, now: float, url: str) -> BenchResult:
