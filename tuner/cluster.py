@@ -61,8 +61,10 @@ class Cluster:
             if self.address:
                 ray.init(address=self.address, **kwargs)
             else:
+                # worker_niceness 0: servers and the benchmark client run at normal priority (Ray's 15
+                # lets any other work on the machine starve them)
                 ray.init(address="local", num_gpus=self.gpus, num_cpus=max(2, os.cpu_count() or 2),
-                         object_store_memory=OBJECT_STORE_BYTES, **kwargs)
+                         object_store_memory=OBJECT_STORE_BYTES, _system_config={"worker_niceness": 0}, **kwargs)
                 self._owns_ray = True
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ClusterError(f"cannot start or join Ray{' at ' + self.address if self.address else ''}: "

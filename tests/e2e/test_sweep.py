@@ -128,7 +128,9 @@ def test_ctrl_c_stops_servers_and_exits_130(workdir: Path) -> None:
     driver = subprocess.Popen(args, cwd=workdir, env=tuner_env(workdir), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: our_servers(workdir), 120, "a server to be running")
+        servers = wait_for(lambda: our_servers(workdir), 120, "a server to be running")
+        # Ray starts workers at niceness 15; servers must not inherit it (other work would starve them)
+        assert [s.nice() for s in servers] == [0] * len(servers)
         t0 = time.monotonic()
         driver.send_signal(signal.SIGINT)
         _, err = driver.communicate(timeout=90)
