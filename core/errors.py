@@ -7,7 +7,8 @@
     │   ├── ServerStartError        exited or logged a failure signature during startup
     │   └── ServerTimeoutError      not ready within the startup timeout
     ├── BenchmarkError              a measurement failed (too many failed requests, no tokens, ...)
-    ├── StoreError                  the SQLite store could not be read or written
+    ├── StoreError                  the results database could not be read or written
+    │   └── NotADatabaseError       --db names no sweep database (missing, damaged, not SQLite) (exit 2)
     ├── StudyError                  nothing to show/export (unknown study, no feasible trial)
     └── ClusterError                Ray could not provide the GPU groups asked for
 
@@ -59,6 +60,13 @@ class BenchmarkError(TunerError):
 
 class StoreError(TunerError):
     """The results database could not be opened, read or written."""
+
+
+class NotADatabaseError(StoreError):
+    """``--db`` names something that is not a sweep database: missing (for readers), not SQLite,
+    damaged, or another program's."""
+
+    exit_code = 2
 
 
 class StudyError(TunerError):

@@ -24,15 +24,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.errors import StoreError
 from core.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
 from core.types import Config, RunStatus, TrialResult
+from db.location import BUSY_TIMEOUT_S, Database, check, database, sqlite_readable
 from db.models import Base, LearnedRule, SweepRecord, TrialRun
 
-BUSY_TIMEOUT_S = 30.0
 MAX_LOG_CHARS = 1_000_000
-
-
-def sqlite_url(path: str | Path) -> str:
-    """The SQLAlchemy/Optuna URL of a database file."""
-    return f"sqlite:///{Path(path).resolve()}"
 
 
 def enable_wal(path: str | Path) -> None:
@@ -41,8 +36,17 @@ def enable_wal(path: str | Path) -> None:
         Path(path).resolve().parent.mkdir(parents=True, exist_ok=True)
         with sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S) as conn:
             conn.execute("PRAGMA journal_mode=WAL").fetchone()
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         raise StoreError(f"{path}: cannot open the database: {exc}") from exc
+
+
+def engine_for(db: Database, *, read_only: bool = False) -> Engine:
+    """A SQLAlchemy engine on the database: SQLite with the busy timeout (read-only: it cannot write,
+    and opens a file on a read-only filesystem as it is); a server database as its URL says."""
+    if not db.is_sqlite:
+        return create_engine(db.url, pool_pre_ping=True)
+    url = db.reader_url(immutable=not sqlite_readable(db)) if read_only else db.url
+    return create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
 
 
 @dataclass(frozen=True)
@@ -109,16 +113,22 @@ LAUNCHED = (RunStatus.OK.value, RunStatus.INFEASIBLE.value)
 class Store:
     """Sweeps and trial runs in one SQLite file (see module docstring)."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        enable_wal(self.path)
-        self.engine: Engine = create_engine(sqlite_url(self.path),
-                                            connect_args={"timeout": BUSY_TIMEOUT_S})
-        event.listen(self.engine, "connect", _pragmas)
+    def __init__(self, where: str | Path | Database, *, read_only: bool = False) -> None:
+        self.db = database(where)
+        check(self.db, writing=not read_only)
+        if self.db.path is not None and not read_only:
+            enable_wal(self.db.path)
+        try:
+            self.engine: Engine = engine_for(self.db, read_only=read_only)
+        except (SQLAlchemyError, ImportError) as exc:
+            raise StoreError(f"{self.db}: cannot open the database: {str(exc).splitlines()[0]}") from exc
+        if self.db.is_sqlite and not read_only:
+            event.listen(self.engine, "connect", _pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        with self._session() as s:
-            Base.metadata.create_all(s.get_bind())
-        self._add_missing_columns()
+        if not read_only:
+            with self._session() as s:
+                Base.metadata.create_all(s.get_bind())
+            self._add_missing_columns()
 
     def _add_missing_columns(self) -> None:
         """Upgrade a database written by an older version: add the nullable columns it lacks."""
@@ -132,7 +142,7 @@ class Store:
                             kind = column.type.compile(dialect=self.engine.dialect)
                             conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
         except SQLAlchemyError as exc:
-            raise StoreError(f"{self.path}: cannot upgrade the database: {str(exc).splitlines()[0]}") from exc
+            raise StoreError(f"{self.db}: cannot upgrade the database: {str(exc).splitlines()[0]}") from exc
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
@@ -142,7 +152,7 @@ class Store:
             session.commit()
         except SQLAlchemyError as exc:
             session.rollback()
-            raise StoreError(f"{self.path}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+            raise StoreError(f"{self.db}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
         finally:
             session.close()
 
@@ -220,7 +230,7 @@ class Store:
             run = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
                                                   TrialRun.trial_number == trial_number))
             if run is None:
-                raise StoreError(f"{self.path}: no run for trial {trial_number}")
+                raise StoreError(f"{self.db}: no run for trial {trial_number}")
             run.tok_s, run.metrics, run.gate, run.startup_s = prior.tok_s, prior.metrics, prior.gate, prior.startup_s
             run.log_tail = prior.log_tail
             s.flush()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -175,8 +176,9 @@ def sweep(
         console.print(f"no --space given: running the bundled no-GPU demo ({space})", markup=False)
 
     def on_signal(signum: int, frame: object) -> None:
-        request_stop()
-        raise KeyboardInterrupt
+        if request_stop():
+            raise KeyboardInterrupt
+        os.write(2, b"stopping: servers are being stopped and trials in flight recorded ...\n")
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

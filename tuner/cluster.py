@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,26 @@ from workers.node import NodeInfo
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
 ACTOR_READY_TIMEOUT_S = 180.0
+REACH_TIMEOUT_S = 10.0  # Ray itself retries an unreachable address for minutes
+
+
+def check_reachable(address: str) -> None:
+    """ClusterError in seconds, not minutes, when ``address`` (Ray's ``HOST:PORT`` or ``ray://HOST:PORT``;
+    ``auto`` is left to Ray) is malformed or nothing listens there."""
+    if address in ("auto", "local"):
+        return
+    if address.startswith(("http://", "https://")):
+        raise ClusterError(f"--address {address}: that is a dashboard URL; a sweep joins the cluster's GCS "
+                           "address, HOST:6379 as `ray start --head` printed it")
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ClusterError(f"--address {address}: expected HOST:PORT (e.g. 10.0.0.1:6379) or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ClusterError(f"--address {address}: cannot reach a Ray cluster there ({why}); is `ray start "
+                           "--head` running on that host, and is this its address?") from exc
 
 
 @dataclass
@@ -59,6 +80,7 @@ class Cluster:
                                   "log_to_driver": False}
         try:
             if self.address:
+                check_reachable(self.address)
                 ray.init(address=self.address, **kwargs)
             else:
                 # worker_niceness 0: servers and the benchmark client run at normal priority (Ray's 15

@@ -13,7 +13,8 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from core.errors import ConfigError, StudyError
+from core.errors import ConfigError
+from db.location import check, database
 from tuner.recording import artifact_store
 from tuner.study_db import rdb_storage
 
@@ -31,11 +32,10 @@ def make_dashboard(db_path: str | Path, host: str = "127.0.0.1", port: int = 808
     """A ready-to-serve dashboard server (call ``serve_forever``; ``shutdown`` from another thread)."""
     import optuna_dashboard
 
-    path = Path(db_path)
-    if not path.exists():
-        raise StudyError(f"{db_path}: no such database (run `tuner sweep` first or pass --db)")
-    storage = rdb_storage(path, read_only=True)
-    app = optuna_dashboard.wsgi(storage, artifact_store=artifact_store(path))
+    db = database(db_path)
+    check(db, writing=False)
+    storage = rdb_storage(db, read_only=True)
+    app = optuna_dashboard.wsgi(storage, artifact_store=artifact_store(db, create=False))
     try:
         return make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
     except OSError as exc:

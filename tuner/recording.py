@@ -17,7 +17,9 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
+from core.errors import StoreError
 from core.types import Config, FailureKind, RunStatus, TrialResult
+from db.location import Database, database
 from db.store import RunRow, Store, SweepRow
 from tuner.export import launch_script
 
@@ -25,11 +27,14 @@ INFEASIBLE_VALUE = 0.0
 SCALAR_METRICS = (("ttft_p50_ms", "ttft_ms"), ("tpot_p50_ms", "tpot_ms"), ("itl_p50_ms", "itl_ms"))
 
 
-def artifact_store(db_path: str | Path) -> FileSystemArtifactStore:
-    """The artifact store beside the database (``<db>-artifacts/``)."""
-    path = Path(db_path).resolve()
-    base = path.with_name(path.stem + "-artifacts")
-    base.mkdir(parents=True, exist_ok=True)
+def artifact_store(where: str | Path | Database, *, create: bool = True) -> FileSystemArtifactStore:
+    """The artifact store beside the database (``<db>-artifacts/``); a reader does not ``create`` it."""
+    base = database(where).beside("-artifacts")
+    if create:
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{base}: cannot create the artifact folder: {exc.strerror or exc}") from exc
     return FileSystemArtifactStore(str(base))
 
 

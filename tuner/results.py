@@ -63,9 +63,7 @@ class SweepResults:
 
 def load_results(db_path: str | Path, study: str | None) -> SweepResults:
     """The sweep ``study`` (or the most recent one) in ``db_path``; StudyError if none."""
-    if not Path(db_path).exists():
-        raise StudyError(f"{db_path}: no such database (run `tuner sweep` first or pass --db)")
-    store = Store(db_path)
+    store = Store(db_path, read_only=True)
     try:
         if study is None:
             sweeps = store.sweeps()

@@ -25,6 +25,8 @@ from optuna.trial import TrialState
 from core.errors import ClusterError
 from core.redact import scrub, secret_values
 from core.types import Config, FailureKind, RunStatus, TrialResult, TrialSpec
+from db.location import check as check_database
+from db.location import database
 from db.store import Store, SweepRow
 from tuner.failure_rules import RuleBook
 from tuner.launchers import launcher_for
@@ -41,6 +43,7 @@ from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.node import NodeInfo
 
 STOP = threading.Event()  # set by the CLI's SIGINT/SIGTERM handler; checked by the loop
+LOOP_POLLS = threading.Event()  # set while the loop runs: it checks STOP itself (twice a second)
 MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
 CONFIRM_ROUNDS = 3  # --confirm: a confirmation that reorders the leaders brings the new ones in, this often
@@ -66,9 +69,14 @@ class SweepInterrupted(Exception):
     """Ctrl-C / SIGTERM: every server was stopped, the trials in flight were re-queued."""
 
 
-def request_stop() -> None:
-    """Ask a running sweep to stop (signal handlers call this, then raise KeyboardInterrupt)."""
+def request_stop() -> bool:
+    """Ask a running sweep to stop. True when the caller (a signal handler) should raise
+    KeyboardInterrupt to cut a blocking step short: only for the first request, and only outside the
+    loop, which polls STOP itself, so a raise never cuts a record in half and a second or third
+    Ctrl-C never cuts short the stopping of servers and the recording of trials in flight."""
+    first = not STOP.is_set()
     STOP.set()
+    return first and not LOOP_POLLS.is_set()
 
 
 LauncherFactory = Callable[[SearchSpace, SweepOptions], Launcher]
@@ -94,6 +102,7 @@ class Sweep:
         check_strategy(self.opts.sampler)
         space = load_space(self.opts.space_path)  # a bad file stops here: nothing written, nothing started
         launcher = self.launcher_factory(space, self.opts)  # so does a bad scenario
+        check_database(database(self.opts.db_path), writing=True)  # and an unusable database
         watchdog = start_watchdog()
         try:
             node, slots = launcher.start()
@@ -187,9 +196,10 @@ class Sweep:
     def _loop(self, ctx: Context, quota: Quota) -> None:
         """Launch until the quota is spent (or the space exhausted), collecting results as they come."""
         flight = Flight(idle=list(ctx.slots), need_baseline=self._needs_baseline(ctx))
+        LOOP_POLLS.set()
         try:
             while True:
-                if STOP.is_set():  # in case a library swallowed the KeyboardInterrupt
+                if STOP.is_set():
                     raise KeyboardInterrupt
                 launched = self._fill(ctx, flight, quota)
                 if not flight.pending:
@@ -202,6 +212,8 @@ class Sweep:
                     ctx.view.set_phase(index, phase.trial_number, phase.phase, phase.since)
         except (KeyboardInterrupt, ClusterError) as exc:
             self._abort(ctx, flight, exc)
+        finally:
+            LOOP_POLLS.clear()
 
     def _needs_baseline(self, ctx: Context) -> bool:
         queued = ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
@@ -347,8 +359,7 @@ class Sweep:
         raise SweepInterrupted from None
 
     def _log_dir(self, sweep: SweepRow) -> Path:
-        path = Path(self.opts.db_path).resolve()
-        return path.with_name(path.stem + "-runs") / sweep.study_name
+        return database(self.opts.db_path).beside("-runs") / sweep.study_name
 
 
 def _interrupted(p: Pending, node: NodeInfo, why: str) -> TrialResult:

@@ -10,23 +10,29 @@ import optuna
 from optuna.samplers import BaseSampler
 
 from core.errors import ConfigError, StudyError
-from db.store import BUSY_TIMEOUT_S, sqlite_url
+from db.location import BUSY_TIMEOUT_S, Database, database, sqlite_readable
 from tuner.space import SearchSpace
 
 METRIC_NAMES = ["tok/s@C16"]
 
 
-def rdb_storage(db_path: str | Path, *, read_only: bool = False) -> optuna.storages.RDBStorage:
-    """Optuna's storage on the sweep database (30 s busy timeout); ``read_only`` neither creates nor
-    upgrades Optuna's tables (for readers such as the dashboard)."""
-    return optuna.storages.RDBStorage(sqlite_url(db_path), engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}},
+def rdb_storage(where: str | Path | Database, *, read_only: bool = False) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the sweep database (SQLite: 30 s busy timeout); ``read_only`` neither creates
+    nor upgrades Optuna's tables, and opens a SQLite file read-only (for readers: report, dashboard)."""
+    db = database(where)
+    if not db.is_sqlite:
+        return optuna.storages.RDBStorage(db.url, engine_kwargs={"pool_pre_ping": True},
+                                          skip_compatibility_check=read_only, skip_table_creation=read_only)
+    url = db.reader_url(immutable=not sqlite_readable(db)) if read_only else db.url
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}},
                                       skip_compatibility_check=read_only, skip_table_creation=read_only)
 
 
-def open_study(db_path: str | Path, name: str, sampler: BaseSampler | None = None,
+def open_study(db_path: str | Path | Database, name: str, sampler: BaseSampler | None = None,
                create: bool = True) -> optuna.Study:
-    """The Optuna study of a sweep on the sweep database (StudyError if missing and not ``create``)."""
-    storage = rdb_storage(db_path)
+    """The Optuna study of a sweep on the sweep database; without ``create``, a reader's view of an
+    existing one (StudyError if missing)."""
+    storage = rdb_storage(db_path, read_only=not create)
     if not create:
         try:
             return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
