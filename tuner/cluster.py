@@ -11,7 +11,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +30,14 @@ ACTOR_READY_TIMEOUT_S = 180.0
 REACH_TIMEOUT_S = 10.0  # Ray itself retries an unreachable address for minutes
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
+HTTP2_SETTINGS_FRAME_TYPE = 0x04
+
+
 def check_reachable(address: str) -> None:
     """ClusterError in seconds, not minutes, when ``address`` (Ray's ``HOST:PORT`` or ``ray://HOST:PORT``;
-    ``auto`` is left to Ray) is malformed or nothing listens there."""
+    ``auto`` is left to Ray) is malformed, nothing listens there, or what listens does not speak gRPC
+    (Ray waits forever on, say, a web server)."""
     if address in ("auto", "local"):
         return
     if address.startswith(("http://", "https://")):
@@ -37,11 +47,51 @@ def check_reachable(address: str) -> None:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ClusterError(f"--address {address}: expected HOST:PORT (e.g. 10.0.0.1:6379) or ray://HOST:PORT")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S) as conn:
+            conn.sendall(HTTP2_PREFACE)
+            reply = conn.recv(9)
     except OSError as exc:
         why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise ClusterError(f"--address {address}: cannot reach a Ray cluster there ({why}); is `ray start "
                            "--head` running on that host, and is this its address?") from exc
+    if len(reply) < 4 or reply[3] != HTTP2_SETTINGS_FRAME_TYPE:
+        raise ClusterError(f"--address {address}: something listens there, but not a Ray cluster (it does not "
+                           "speak gRPC); the address is the one `ray start --head` printed, usually HOST:6379")
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Keep the driver's SIGINT/SIGTERM handlers: ``ray.init`` installs its own SIGTERM handler
+    (``sys.exit``), which would skip stopping the servers and recording the trials in flight."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _stderr_kept_from_the_user() -> Iterator[Callable[[], str]]:
+    """Send this process's stderr (the file descriptor, where Ray's C++ core writes) to a temporary
+    file while the block runs; yields a function that reads what was written."""
+    with tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+
+        def said() -> str:
+            sink.seek(0)
+            return sink.read().decode(errors="replace")
+
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 @dataclass
@@ -78,10 +128,18 @@ class Cluster:
             return
         kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
                                   "log_to_driver": False}
+        with _signal_handlers_kept():
+            self._init(ray, kwargs)
+
+    def _init(self, ray: Any, kwargs: dict[str, Any]) -> None:
         try:
             if self.address:
-                check_reachable(self.address)
-                ray.init(address=self.address, **kwargs)
+                with _stderr_kept_from_the_user() as said:  # Ray's C++ retries print a line a second
+                    try:
+                        ray.init(address=self.address, **kwargs)
+                    except (ConnectionError, RuntimeError, ValueError) as exc:
+                        last = [line for line in said().splitlines() if "] " in line][-1:]
+                        raise ConnectionError(f"{exc}{' (' + last[0].split('] ', 1)[1] + ')' if last else ''}") from exc
             else:
                 # worker_niceness 0: servers and the benchmark client run at normal priority (Ray's 15
                 # lets any other work on the machine starve them)

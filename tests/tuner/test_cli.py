@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.conftest import SCENARIOS, SPACES, start_sim
+from tests.conftest import FIXTURES, SCENARIOS, SPACES, start_sim
 
 CLI = [sys.executable, "-m", "tuner.cli"]
 
@@ -111,3 +114,26 @@ def test_writing_a_product_where_it_cannot_go_is_one_line(tmp_path: Path) -> Non
             assert proc.returncode == 2, proc.stderr
             assert proc.stderr.startswith(f"error: -o {target}: cannot write: "), proc.stderr
             assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_cluster_address_that_leads_nowhere_fails_fast_in_one_line(tmp_path: Path) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text((FIXTURES / "e2e-space.yaml").read_text().replace("e2e-scenario.yaml",
+                                                                       str(FIXTURES / "e2e-scenario.yaml")))
+    web = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)  # Ray would wait on it forever
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    cases = {"127.0.0.1:1": "cannot reach a Ray cluster there (Connection refused)",
+             f"127.0.0.1:{web.server_port}": "something listens there, but not a Ray cluster",
+             "no-such-host.invalid:6379": "cannot reach a Ray cluster there",
+             "headnode": "expected HOST:PORT",
+             "http://127.0.0.1:8265": "that is a dashboard URL"}
+    for address, says in cases.items():
+        t0 = time.monotonic()
+        proc = _run("sweep", "--space", str(space), "--budget", "2", "--address", address, "--db",
+                    str(tmp_path / "t.db"), cwd=tmp_path)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and says in lines[0], (address, proc.stderr)
+        assert lines[0].startswith(f"error: --address {address}: ")
+        assert time.monotonic() - t0 < 30
+    web.shutdown()
+    assert not (tmp_path / "t.db").exists()

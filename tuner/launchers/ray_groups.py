@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.types import EngineKind, EngineSpec, FailureKind, TrialResult, TrialSpec
-from tuner.cluster import Cluster
+from tuner.cluster import Cluster, check_reachable
 from tuner.launchers.base import Finished, Slot
 from workers.node import NodeInfo
 from workers.trial import Phase
@@ -36,6 +36,8 @@ class RayLauncher:
             scenario = load_scenario(engine.scenario)
             if gpus is None and address is None:
                 gpus = scenario.gpu.count
+        if address is not None:
+            check_reachable(address)  # in seconds; Ray itself retries for minutes
         self.cluster = Cluster(engine, gpus_per_trial, address=address, gpus=gpus, max_groups=max_groups)
         self._refs: dict[Any, _InFlight] = {}
 
