@@ -18,7 +18,6 @@ from urllib.parse import quote
 
 from core.errors import NotADatabaseError, StoreError
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 OUR_TABLES = frozenset({"tuner_sweeps", "studies"})  # ours, or an Optuna storage we may add to
 BUSY_TIMEOUT_S = 30.0
 
@@ -79,17 +78,7 @@ def check(db: Database, *, writing: bool) -> None:
         raise NotADatabaseError(f"{path}: no such database (run `tuner sweep` first or pass --db)")
     if path.is_dir():
         raise NotADatabaseError(f"{path}: is a directory, not a database file")
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read the database: {exc.strerror or exc}") from exc
-    if not head:
-        return  # an empty file is a new database
-    if head != SQLITE_MAGIC:
-        raise NotADatabaseError(f"{path}: not a SQLite database (a sweep database is the file "
-                                "`tuner sweep --db` wrote)")
-    tables = _tables(db)
+    tables = _tables(db, writing)
     foreign = sorted(tables - {t for t in tables if t.startswith(("tuner_", "sqlite_"))})
     if tables and not tables & OUR_TABLES:
         raise NotADatabaseError(f"{path}: another program's SQLite database (tables: {', '.join(foreign[:5])}); "
@@ -114,25 +103,31 @@ def sqlite_readable(db: Database) -> bool:
     return True
 
 
-def _tables(db: Database) -> set[str]:
-    for immutable in (False, True):
+def _tables(db: Database, writing: bool) -> set[str]:
+    """The tables of the SQLite file (a damaged or truncated file fails already here). Only SQLite
+    touches the file: closing a descriptor of our own would drop the locks of this process's other
+    connections to it (SQLite's documented way to corrupt a database). A writer opens it
+    as a writer would (recovering a WAL a killed sweep left); a reader read-only, or ``immutable`` where
+    the filesystem is read-only."""
+    modes = ("mode=rw",) if writing else ("mode=ro", "immutable=1")
+    for mode in modes:
         try:
-            conn = sqlite3.connect(f"file:{db.path}?{'immutable=1' if immutable else 'mode=ro'}", uri=True,
-                                   timeout=BUSY_TIMEOUT_S)
+            conn = sqlite3.connect(f"file:{quote(str(db.path))}?{mode}", uri=True, timeout=BUSY_TIMEOUT_S)
             try:
-                ok = conn.execute("PRAGMA quick_check(1)").fetchone()
-                if ok and ok[0] != "ok":
-                    raise NotADatabaseError(f"{db.path}: the database is damaged ({ok[0]}); keep a copy, and "
-                                            "start a new one with another --db")
                 return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             finally:
                 conn.close()
         except sqlite3.DatabaseError as exc:
-            if not immutable and "unable to open" in str(exc):
+            if "file is not a database" in str(exc):
+                raise NotADatabaseError(f"{db.path}: not a SQLite database (a sweep database is the file "
+                                        "`tuner sweep --db` wrote)") from exc
+            if mode == "mode=ro" and "unable to open" in str(exc):
                 continue  # a read-only filesystem: no WAL index can be made; read it as it is
+            if writing and "unable to open" in str(exc):
+                break  # not writable here: said by _check_writable
             raise NotADatabaseError(f"{db.path}: the database is damaged or unreadable ({exc}); keep a copy, "
                                     "and start a new one with another --db") from exc
-    return set()
+    return set() if not writing else _tables(db, writing=False)
 
 
 def _check_writable(path: Path) -> None:

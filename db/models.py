@@ -80,3 +80,32 @@ class LearnedRule(Base):
     position: Mapped[int] = mapped_column(Integer)
     text: Mapped[str] = mapped_column(Text)
     rule: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class DriverRecord(Base):
+    """A `tuner sweep` process working on a sweep; alive while its heartbeat is fresh (or, on this
+    host, while its process exists)."""
+
+    __tablename__ = "tuner_drivers"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)  # host:pid:process start time
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("tuner_sweeps.id"), index=True)
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class LaunchClaim(Base):
+    """A configuration being launched by a driver: at most one per configuration and sweep, and the
+    counted ones count in the budget until the trial's run is recorded (which removes the claim)."""
+
+    __tablename__ = "tuner_launch_claims"
+    __table_args__ = (UniqueConstraint("sweep_id", "config_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("tuner_sweeps.id"), index=True)
+    config_key: Mapped[str] = mapped_column(String(32))
+    trial_number: Mapped[int] = mapped_column(Integer)
+    driver: Mapped[str] = mapped_column(String(200))
+    counted: Mapped[bool] = mapped_column(Boolean)

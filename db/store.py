@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, inspect, or_, select, text
+from sqlalchemy import create_engine, delete, event, func, inspect, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -25,7 +25,7 @@ from core.errors import StoreError
 from core.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
 from core.types import Config, RunStatus, TrialResult
 from db.location import BUSY_TIMEOUT_S, Database, check, database, sqlite_readable
-from db.models import Base, LearnedRule, SweepRecord, TrialRun
+from db.models import Base, LaunchClaim, LearnedRule, SweepRecord, TrialRun
 
 MAX_LOG_CHARS = 1_000_000
 
@@ -206,6 +206,8 @@ class Store:
             if old is not None:
                 s.delete(old)
                 s.flush()
+            s.execute(delete(LaunchClaim).where(LaunchClaim.sweep_id == sweep_id,  # its launch is over
+                                                LaunchClaim.trial_number == result.trial_number))
             run = TrialRun(
                 sweep_id=sweep_id, trial_number=result.trial_number, config_key=result.config_key,
                 baseline=baseline, params=dict(config.params), flags=redact_flags(dict(config.flags)),

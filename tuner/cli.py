@@ -167,7 +167,8 @@ def sweep(
 
     from tuner.live import SweepView
     from tuner.results import load_results
-    from tuner.study import Sweep, SweepInterrupted, request_stop
+    from tuner.study import Sweep
+    from tuner.sweep_control import SweepInterrupted, request_stop
     from tuner.sweep_state import SweepOptions
     from tuner.views import print_summary
 

@@ -4,20 +4,20 @@ Loop: while fewer than ``budget`` configurations have been launched, give every 
 (:meth:`Sweep._propose`: ask -> sample -> answered without a launch if the space forbids it, a
 learned failure rule covers it, or the store already measured it) and collect results as they come
 (:meth:`Sweep._complete`; recorded by :mod:`tuner.recording`, then the failure rules are derived
-again). Infrastructure failures are re-queued once. A RUNNING trial left by a dead driver is failed
-and re-queued at start. The first trial is the baseline. With ``confirm``, the best configurations
+again). Infrastructure failures are re-queued once. Several drivers may work on one study: each
+launch is claimed first (:mod:`db.coordination`: the budget counts every driver's launches, a
+configuration another driver is launching is answered when it ends), and the RUNNING trials of a
+dead driver are failed and re-queued. The first trial is the baseline. With ``confirm``, the best configurations
 are then measured once more and ranked by their median. The same loop runs real servers through
 Ray and, with ``--offline``, the scenario's model.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from core.errors import ClusterError
 from core.redact import scrub, secret_values
 from core.types import Config, FailureKind, RunStatus, TrialResult, TrialSpec
+from db.coordination import Claim, Coordination
 from db.location import check as check_database
 from db.location import database
 from db.store import Store, SweepRow
@@ -38,15 +39,15 @@ from tuner.sampler import check_strategy, make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace
 from tuner.space_loader import apply_hardware, check_flags, load_space
 from tuner.study_db import check_resumable, distinct_configurations, open_study
-from tuner.sweep_state import Flight, Pending, Quota, SweepOptions
+from tuner.sweep_control import LOOP_POLLS, STOP, SweepInterrupted
+from tuner.sweep_state import Flight, Pending, Quota, SweepOptions, carried_attrs, fixed_params, interrupted_result
 from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.node import NodeInfo
 
-STOP = threading.Event()  # set by the CLI's SIGINT/SIGTERM handler; checked by the loop
-LOOP_POLLS = threading.Event()  # set while the loop runs: it checks STOP itself (twice a second)
 MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
 CONFIRM_ROUNDS = 3  # --confirm: a confirmation that reorders the leaders brings the new ones in, this often
+DRIVER_ATTR = "driver"  # a trial's system attribute: the driver that asked for it
 WAIT_S = 0.5  # how long one wait for results blocks before the live view is refreshed
 
 
@@ -63,20 +64,7 @@ class Context:
     view: SweepView
     rules: RuleBook
     distinct: float
-
-
-class SweepInterrupted(Exception):
-    """Ctrl-C / SIGTERM: every server was stopped, the trials in flight were re-queued."""
-
-
-def request_stop() -> bool:
-    """Ask a running sweep to stop. True when the caller (a signal handler) should raise
-    KeyboardInterrupt to cut a blocking step short: only for the first request, and only outside the
-    loop, which polls STOP itself, so a raise never cuts a record in half and a second or third
-    Ctrl-C never cuts short the stopping of servers and the recording of trials in flight."""
-    first = not STOP.is_set()
-    STOP.set()
-    return first and not LOOP_POLLS.is_set()
+    coord: Coordination
 
 
 LauncherFactory = Callable[[SearchSpace, SweepOptions], Launcher]
@@ -109,12 +97,15 @@ class Sweep:
             check_flags(space, node.table)
             arch = space.file.gpu or (node.gpu.arch if node.gpu else None)
             ctx = self._context(apply_hardware(space, arch), launcher, node, slots, arch)
-            with ctx.view:
-                self._announce(ctx)
-                self._recover(ctx)
-                self._loop(ctx, Quota(self.opts.budget))
-                if self.opts.confirm:
-                    self._confirm(ctx)
+            try:
+                with ctx.view:
+                    self._announce(ctx)
+                    self._recover(ctx)
+                    self._loop(ctx, Quota(self.opts.budget))
+                    if self.opts.confirm:
+                        self._confirm(ctx)
+            finally:
+                ctx.coord.leave()
             return ctx.sweep
         finally:
             launcher.close()
@@ -144,7 +135,9 @@ class Sweep:
         rules.refresh(self.store.runs(sweep.id))
         view = self.view_factory(name, self.opts.budget, node.time_scale)
         view.groups = [GroupView(s.label) for s in slots]
-        return Context(study, sweep, space, launcher, node, slots, view, rules, distinct_configurations(space))
+        coord = Coordination(self.store.engine, sweep.id, str(self.store.db))
+        coord.register()
+        return Context(study, sweep, space, launcher, node, slots, view, rules, distinct_configurations(space), coord)
 
     def _announce(self, ctx: Context) -> None:
         view, node = ctx.view, ctx.node
@@ -163,13 +156,16 @@ class Sweep:
                      f"{self.opts.budget}): nothing to launch; raise --budget to run more")
 
     def _recover(self, ctx: Context) -> None:
-        """Fail and re-queue the trials a dead driver left RUNNING."""
+        """Fail and re-queue the trials a dead driver left RUNNING (those of live drivers run on)."""
         study = ctx.study
+        live = ctx.coord.forget_the_dead()  # this driver included: its trials run on
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.system_attrs.get(DRIVER_ATTR) in live:
+                continue
             study._storage.set_trial_user_attr(t._trial_id, "status", RunStatus.INTERRUPTED.value)
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             if self.store.run(ctx.sweep.id, t.number) is None:
-                study.enqueue_trial(t.params, user_attrs={**_carried(t.user_attrs), "retry_of": t.number})
+                study.enqueue_trial(t.params, user_attrs={**carried_attrs(t.user_attrs), "retry_of": t.number})
 
     def _confirm(self, ctx: Context) -> None:
         """Measure the ``confirm`` best configurations once more, until the ``confirm`` best by median
@@ -202,18 +198,38 @@ class Sweep:
                 if STOP.is_set():
                     raise KeyboardInterrupt
                 launched = self._fill(ctx, flight, quota)
-                if not flight.pending:
-                    if quota.confirmations is None and launched < quota.budget:
+                if not flight.pending and not flight.elsewhere:
+                    if quota.confirmations is None and launched < quota.budget and not flight.budget_spent:
                         ctx.view.log(f"search space exhausted after {launched} distinct configurations")
                     return
-                for done in ctx.launcher.wait(WAIT_S):
-                    self._complete(ctx, flight, done)
+                if flight.pending:
+                    for done in ctx.launcher.wait(WAIT_S):
+                        self._complete(ctx, flight, done)
+                else:  # only waiting for configurations other drivers are launching
+                    time.sleep(WAIT_S)
+                self._share(ctx, flight)
                 for index, phase in ctx.launcher.phases().items():
                     ctx.view.set_phase(index, phase.trial_number, phase.phase, phase.since)
         except (KeyboardInterrupt, ClusterError) as exc:
             self._abort(ctx, flight, exc)
         finally:
             LOOP_POLLS.clear()
+
+    def _share(self, ctx: Context, flight: Flight) -> None:
+        """Work with the other drivers: answer the proposals that waited for their launches, keep this
+        driver's heartbeat, and take over what dead drivers left."""
+        for key in list(flight.elsewhere):
+            prior = self.store.measured(ctx.sweep.id, key)
+            if prior is None and ctx.coord.claimed(key):
+                continue
+            for trial, config in flight.elsewhere.pop(key):
+                if prior is None:  # interrupted there; its driver re-queued it
+                    ctx.study.tell(trial, state=TrialState.FAIL)
+                    continue
+                run = self.recorder.answer_from_store(ctx.study, trial, config, prior)
+                ctx.view.finished(run, None, self.store.count_launched(ctx.sweep.id))
+        if ctx.coord.beat():
+            self._recover(ctx)
 
     def _needs_baseline(self, ctx: Context) -> bool:
         queued = ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
@@ -226,7 +242,8 @@ class Sweep:
             launched = self.store.count_launched(ctx.sweep.id)
             exhausted = quota.confirmations is None and (
                 flight.answered_in_a_row >= MAX_CONSECUTIVE_REPEATS or launched >= ctx.distinct)
-            if not flight.idle or not quota.open(launched, len(flight.pending)) or exhausted:
+            if not flight.idle or flight.budget_spent or exhausted or not quota.open(
+                    launched + ctx.coord.committed()):  # every driver's launches under way
                 return launched
             pending = self._propose(ctx, flight, quota)
             if pending is not None:
@@ -235,10 +252,11 @@ class Sweep:
     def _propose(self, ctx: Context, flight: Flight, quota: Quota) -> Pending | None:
         """Ask for a trial; None when it was answered without a launch (forbidden, learned, measured)."""
         trial = ctx.study.ask()
+        ctx.study._storage.set_trial_system_attr(trial._trial_id, DRIVER_ATTR, str(ctx.coord.me))
         baseline = bool(trial.user_attrs.get("baseline"))
         repeat_of = trial.user_attrs.get("repeat_of")
         if flight.need_baseline and "retry_of" not in trial.user_attrs and repeat_of is None \
-                and not _fixed_params(ctx.study, trial):  # a trial queued with its settings stays itself
+                and not fixed_params(ctx.study, trial):  # a trial queued with its settings stays itself
             trial.set_user_attr("baseline", True)
             baseline, flight.need_baseline = True, False
         try:
@@ -252,6 +270,8 @@ class Sweep:
             return None
         if repeat_of is None and self._answered(ctx, flight, trial, config):
             flight.answered_in_a_row += 1
+            return None
+        if not self._claim(ctx, flight, quota, trial, config):
             return None
         if repeat_of is not None and quota.confirmations is not None:
             quota.confirmations -= 1
@@ -277,6 +297,22 @@ class Sweep:
         if flight.in_flight(key):
             flight.waiting_on.setdefault(key, []).append((trial, config))
             return True
+        return False
+
+    def _claim(self, ctx: Context, flight: Flight, quota: Quota, trial: optuna.Trial, config: Config) -> bool:
+        """Claim the launch among every driver of the sweep; False when another driver is launching
+        this configuration (answered when it ends) or the budget is already committed."""
+        repeat_of, remeasure = trial.user_attrs.get("repeat_of"), bool(trial.user_attrs.get("remeasure"))
+        claim = ctx.coord.claim(config.key(), trial.number, counted=repeat_of is None or remeasure,
+                                budget=quota.budget, first=repeat_of is None)
+        if claim is Claim.CLAIMED:
+            return True
+        if claim in (Claim.TAKEN, Claim.MEASURED) and repeat_of is None:  # answered from the store when done
+            flight.elsewhere.setdefault(config.key(), []).append((trial, config))
+            flight.answered_in_a_row += 1
+            return False
+        ctx.study.tell(trial, state=TrialState.FAIL)  # not launched: the budget is spent, or another
+        flight.budget_spent = claim is Claim.BUDGET_SPENT  # driver is confirming the same configuration
         return False
 
     def _launch(self, ctx: Context, flight: Flight, p: Pending) -> None:
@@ -349,32 +385,18 @@ class Sweep:
                 p = flight.pending.pop(done.result.trial_number)
                 result = done.result
                 if result.failure_kind is None:
-                    result = _interrupted(p, ctx.node, why)
+                    result = interrupted_result(p, ctx.node, why)
                 self._finish(ctx, p, result)
         for p in list(flight.pending.values()):
-            self._finish(ctx, p, _interrupted(p, ctx.node, why))
+            self._finish(ctx, p, interrupted_result(p, ctx.node, why))
         flight.pending.clear()
+        for waiting in flight.elsewhere.values():
+            for trial, _ in waiting:
+                ctx.study.tell(trial, state=TrialState.FAIL)
+        flight.elsewhere.clear()
         if isinstance(exc, ClusterError):
             raise exc
         raise SweepInterrupted from None
 
     def _log_dir(self, sweep: SweepRow) -> Path:
         return database(self.opts.db_path).beside("-runs") / sweep.study_name
-
-
-def _interrupted(p: Pending, node: NodeInfo, why: str) -> TrialResult:
-    """The result of a trial that was stopped before it could report one."""
-    return TrialResult.unreported(p.trial.number, p.config, node=p.slot.host, gpu_ids=p.slot.gpu_ids,
-                                  sglang_version=node.sglang_version, started_at=p.sent_at,
-                                  kind=FailureKind.INTERRUPTED, reason=why)
-
-
-def _fixed_params(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
-    """The settings a trial was queued with (``enqueue_trial``), if any."""
-    fixed: dict[str, Any] = study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params") or {}
-    return fixed
-
-
-def _carried(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The user attributes a re-queued trial keeps (baseline, confirmation)."""
-    return {k: attrs[k] for k in ("baseline", "repeat_of") if k in attrs}

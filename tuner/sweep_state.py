@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 
-from core.types import Config
+from core.types import Config, FailureKind, TrialResult
 from tuner.launchers.base import Slot
+from workers.node import NodeInfo
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,11 @@ class Quota:
     budget: int
     confirmations: int | None = None
 
-    def open(self, launched: int, pending: int) -> bool:
-        """May another trial be launched?"""
+    def open(self, committed: int) -> bool:
+        """May another trial be launched, with ``committed`` launches done or under way (every driver's)?"""
         if self.confirmations is not None:
             return self.confirmations > 0
-        return launched + pending < self.budget
+        return committed < self.budget
 
 
 @dataclass
@@ -64,9 +66,29 @@ class Flight:
     idle: list[Slot]
     pending: dict[int, Pending] = field(default_factory=dict)  # by trial number
     waiting_on: dict[str, list[tuple[optuna.Trial, Config]]] = field(default_factory=dict)  # config key
+    elsewhere: dict[str, list[tuple[optuna.Trial, Config]]] = field(default_factory=dict)  # other drivers'
     answered_in_a_row: int = 0
     need_baseline: bool = False
+    budget_spent: bool = False  # a claim found the budget committed by every driver's launches
 
     def in_flight(self, key: str) -> bool:
         """Is a configuration with this key running now?"""
         return any(p.config.key() == key for p in self.pending.values())
+
+
+def interrupted_result(p: Pending, node: NodeInfo, why: str) -> TrialResult:
+    """The result of a trial that was stopped before it could report one."""
+    return TrialResult.unreported(p.trial.number, p.config, node=p.slot.host, gpu_ids=p.slot.gpu_ids,
+                                  sglang_version=node.sglang_version, started_at=p.sent_at,
+                                  kind=FailureKind.INTERRUPTED, reason=why)
+
+
+def fixed_params(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
+    """The settings a trial was queued with (``enqueue_trial``), if any."""
+    fixed: dict[str, Any] = study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params") or {}
+    return fixed
+
+
+def carried_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The user attributes a re-queued trial keeps (baseline, confirmation)."""
+    return {k: attrs[k] for k in ("baseline", "repeat_of") if k in attrs}

@@ -75,7 +75,7 @@ def test_export_errors_are_one_line(swept: Path) -> None:
     assert missing.returncode == 1 and missing.stderr.strip() == (
         "error: tuner.db: no study named 'nope' (studies: e2e)")
     nodb = run_tuner(swept, "export", "--db", "other.db")
-    assert nodb.returncode == 1 and "no such database" in nodb.stderr and "Traceback" not in nodb.stderr
+    assert nodb.returncode == 2 and "no such database" in nodb.stderr and "Traceback" not in nodb.stderr
 
 
 def test_report_is_self_contained(swept: Path) -> None:

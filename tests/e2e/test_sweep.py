@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import signal
@@ -116,7 +117,7 @@ def test_sigkill_mid_sweep_then_resume(workdir: Path) -> None:
 
 def _count_launched(workdir: Path) -> int:
     try:
-        with sqlite3.connect(workdir / "tuner.db", timeout=5) as conn:
+        with contextlib.closing(sqlite3.connect(workdir / "tuner.db", timeout=5)) as conn:
             row = conn.execute("SELECT count(*) FROM tuner_trial_runs WHERE status IN ('ok','infeasible')")
             return int(row.fetchone()[0])
     except sqlite3.Error:

@@ -65,7 +65,7 @@ def test_sweep_with_a_broken_space_writes_nothing(tmp_path: Path) -> None:
 
 def test_show_without_database() -> None:
     proc = _run("show", "--db", "/nonexistent/t.db")
-    assert proc.returncode == 1 and "no such database" in proc.stderr
+    assert proc.returncode == 2 and "no such database" in proc.stderr  # bad input: exit 2
 
 
 def test_bench_a_running_server_that_wants_an_api_key(tmp_path: Path) -> None:
