@@ -126,8 +126,12 @@ class Store:
             event.listen(self.engine, "connect", _pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         if not read_only:
-            with self._session() as s:
-                Base.metadata.create_all(s.get_bind())
+            try:
+                with self._session() as s:
+                    Base.metadata.create_all(s.get_bind())
+            except StoreError:  # another driver created them at the same moment: they exist now
+                with self._session() as s:
+                    Base.metadata.create_all(s.get_bind())
             self._add_missing_columns()
 
     def _add_missing_columns(self) -> None:
@@ -163,6 +167,12 @@ class Store:
     # ---- sweeps --------------------------------------------------------------------------------
     def ensure_sweep(self, study_name: str, **fields: Any) -> SweepRow:
         """The sweep named ``study_name``, created with ``fields`` if new (else fields are updated)."""
+        try:
+            return self._ensure_sweep(study_name, fields)
+        except StoreError:  # another driver created it at the same moment: update it
+            return self._ensure_sweep(study_name, fields)
+
+    def _ensure_sweep(self, study_name: str, fields: dict[str, Any]) -> SweepRow:
         now = datetime.now(UTC).replace(tzinfo=None)
         with self._session() as s:
             sweep = s.scalar(select(SweepRecord).where(SweepRecord.study_name == study_name))

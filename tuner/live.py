@@ -14,12 +14,26 @@ from core.types import RunStatus
 from db.store import RunRow
 
 
-def config_summary(params: dict[str, Any], limit: int = 90) -> str:
-    """A short one-line summary of sampled params (last name segment = value)."""
+def value_text(value: Any) -> str:
+    """A setting's value as shown: floats keep six significant digits (0.001, not 0.0), others as str."""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def config_summary(params: dict[str, Any], limit: int | None = None) -> str:
+    """Sampled params as ``name=value`` (last name segment); with ``limit``, whole settings only that
+    fit, then ``+N more`` (a setting is never cut in the middle)."""
     if not params:
         return "baseline (base settings only)"
-    text = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in params.items())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    items = [f"{k.rsplit('.', 1)[-1]}={value_text(v)}" for k, v in params.items()]
+    if limit is None or len(" ".join(items)) <= limit:
+        return " ".join(items)
+    shown: list[str] = []
+    for i, item in enumerate(items):
+        more = f" +{len(items) - i} more"
+        if len(" ".join([*shown, item])) + len(more) > limit and shown:
+            return " ".join(shown) + more
+        shown.append(item)
+    return " ".join(shown)
 
 
 @dataclass
@@ -84,8 +98,23 @@ class SweepView:
             extra = f" (modelled {run.tok_s / self.time_scale:.2f})" if self.time_scale != 1 else ""
             if (run.metrics or {}).get("early_stopped"):
                 extra += " early-stopped"
+            if run.status == RunStatus.CACHED:
+                extra += f", from trial {run.cached_from} (not launched)"
             return f"{run.tok_s:.1f} tok/s@C16{extra}"
-        return f"{run.status}: {run.failure_kind or ''} {run.failure_reason[:100]}"
+        if run.status == RunStatus.CACHED:
+            return f"infeasible, from trial {run.cached_from} (not launched): {run.failure_kind or ''} " \
+                   f"{run.failure_reason}"
+        return f"{run.status}: {run.failure_kind or ''} {run.failure_reason}"
+
+    def _counter(self, run: RunRow, launched: int) -> str:
+        """``[n/budget]`` for a launch the budget counts (each n once); what else a line is, otherwise."""
+        if run.status in (RunStatus.CACHED, RunStatus.AVOIDED):
+            return "[no launch]"
+        if run.repeat_of is not None and not run.remeasure:
+            return "[confirmation]"
+        if run.status not in (RunStatus.OK, RunStatus.INFEASIBLE):
+            return "[not counted]"
+        return f"[{launched}/{self.budget}]"
 
     def finished(self, run: RunRow, duration_s: float | None, launched: int) -> None:
         """A trial finished (or was answered from the store)."""
@@ -100,7 +129,7 @@ class SweepView:
             self.best = run
         again = (f" ({'re-measuring' if run.remeasure else 'confirming'} #{run.repeat_of})"
                  if run.repeat_of is not None else "")
-        self.log(f"trial {run.trial_number} [{launched}/{self.budget}] {config_summary(run.params, 70)} -> "
+        self.log(f"trial {run.trial_number} {self._counter(run, launched)} {config_summary(run.params)} -> "
                  f"{self._fmt(run)}{again}")
 
     def eta_s(self) -> float | None:
@@ -124,7 +153,7 @@ class SweepView:
         recent.add_column("result")
         recent.add_column("config")
         for run in self.recent:
-            recent.add_row(str(run.trial_number), self._fmt(run), config_summary(run.params, 60))
+            recent.add_row(str(run.trial_number), self._fmt(run), config_summary(run.params))  # rich wraps
         eta = self.eta_s()
         best = (f"best: trial {self.best.trial_number} {self._fmt(self.best)}" if self.best else "best: -")
         footer = f"{best}   ETA: {'-' if eta is None else f'{eta / 60:.1f} min'}"

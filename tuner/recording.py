@@ -67,11 +67,12 @@ class Recorder:
 
     def answer_from_store(self, study: optuna.Study, trial: optuna.Trial, config: Config,
                           prior: RunRow) -> RunRow:
-        """A configuration measured before: record a ``cached`` run with its verdict, no launch."""
+        """A configuration measured before: record a ``cached`` run with its verdict, no launch (so no
+        node, GPUs or command line of its own: ``cached_from`` names the run that has them)."""
         now = time.time()
-        result = TrialResult(trial_number=trial.number, config_key=prior.config_key, argv=tuple(prior.argv),
-                             env=dict(prior.env), sglang_version=prior.sglang_version, node=prior.node,
-                             gpu_ids=tuple(prior.gpu_ids), started_at=now, finished_at=now,
+        result = TrialResult(trial_number=trial.number, config_key=prior.config_key, argv=(),
+                             env=dict(prior.env), sglang_version=prior.sglang_version, node="",
+                             gpu_ids=(), started_at=now, finished_at=now,
                              failure_kind=FailureKind(prior.failure_kind) if prior.failure_kind else None,
                              failure_reason=prior.failure_reason)
         self.store.record(self.sweep.id, result, config, status=RunStatus.CACHED, cached_from=prior.trial_number)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -159,8 +160,11 @@ class Sweep:
         """Fail and re-queue the trials a dead driver left RUNNING (those of live drivers run on)."""
         study = ctx.study
         live = ctx.coord.forget_the_dead()  # this driver included: its trials run on
+        others = len(live) > 1
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t.system_attrs.get(DRIVER_ATTR) in live:
+            owner = t.system_attrs.get(DRIVER_ATTR)
+            just_asked = t.datetime_start is not None and (datetime.now() - t.datetime_start).total_seconds() < 60
+            if owner in live or (owner is None and others and just_asked):  # another driver's, before it says so
                 continue
             study._storage.set_trial_user_attr(t._trial_id, "status", RunStatus.INTERRUPTED.value)
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)

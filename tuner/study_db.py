@@ -8,6 +8,7 @@ from pathlib import Path
 
 import optuna
 from optuna.samplers import BaseSampler
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core.errors import ConfigError, StudyError
 from db.location import BUSY_TIMEOUT_S, Database, database, sqlite_readable
@@ -24,8 +25,14 @@ def rdb_storage(where: str | Path | Database, *, read_only: bool = False) -> opt
         return optuna.storages.RDBStorage(db.url, engine_kwargs={"pool_pre_ping": True},
                                           skip_compatibility_check=read_only, skip_table_creation=read_only)
     url = db.reader_url(immutable=not sqlite_readable(db)) if read_only else db.url
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}},
-                                      skip_compatibility_check=read_only, skip_table_creation=read_only)
+    for attempt in (1, 2):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}},
+                                              skip_compatibility_check=read_only, skip_table_creation=read_only)
+        except (IntegrityError, OperationalError):
+            if attempt == 2 or read_only:  # else another driver created the tables at the same moment: again
+                raise
+    raise AssertionError("unreachable")
 
 
 def open_study(db_path: str | Path | Database, name: str, sampler: BaseSampler | None = None,

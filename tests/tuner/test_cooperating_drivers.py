@@ -26,6 +26,8 @@ def test_two_drivers_on_one_study_split_the_budget(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         runs = conn.execute("SELECT config_key, status, baseline, repeat_of, remeasure, trial_number "
                             "FROM tuner_trial_runs").fetchall()
+        answered = conn.execute("SELECT argv, gpu_ids, node, cached_from FROM tuner_trial_runs "
+                                "WHERE status = 'cached'").fetchall()
         owners = dict(conn.execute("SELECT t.number, a.value_json FROM trial_system_attributes a "
                                    "JOIN trials t ON t.trial_id = a.trial_id WHERE a.key = 'driver'").fetchall())
         states = dict(conn.execute("SELECT state, count(*) FROM trials GROUP BY state").fetchall())
@@ -38,3 +40,6 @@ def test_two_drivers_on_one_study_split_the_budget(tmp_path: Path) -> None:
     assert max(first_launches.values()) == 1, "no configuration launched twice"
     assert len({owners[r[5]] for r in launched}) == 2, "both drivers launched"
     assert set(states) <= {"COMPLETE", "FAIL"} and left == (0, 0)
+    assert answered, "each driver answered some proposals from the other's measurements"
+    for argv, gpu_ids, node, cached_from in answered:  # not launched: no command line or GPUs of its own
+        assert (argv, gpu_ids, node) == ("[]", "[]", "") and cached_from is not None

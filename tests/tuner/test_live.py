@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 from datetime import datetime
@@ -51,7 +52,29 @@ def test_live_table_on_a_terminal() -> None:
     assert "best: trial 2 30.0 tok/s@C16" in text and "ETA" in text
 
 
-def test_config_summary() -> None:
+def test_config_summary_keeps_digits_and_never_cuts_a_setting() -> None:
     assert config_summary({}) == "baseline (base settings only)"
     assert config_summary({"a.b.c": 1, "d": "x"}) == "c=1 d=x"
-    assert len(config_summary({f"p{i}": "v" * 10 for i in range(20)}, limit=40)) == 40
+    assert config_summary({"mem_fraction_static": 0.001, "x": 0.30000000000000004}) == \
+        "mem_fraction_static=0.001 x=0.3"
+    many = {f"p{i}": "v" * 10 for i in range(20)}
+    short = config_summary(many, limit=40)
+    assert short == "p0=vvvvvvvvvv p1=vvvvvvvvvv +18 more" and len(short) <= 40
+    assert config_summary(many).count("=") == 20  # the log line has them all
+
+
+def test_answers_without_a_launch_say_so_and_the_counter_never_repeats() -> None:
+    out = io.StringIO()
+    view = SweepView(Console(file=out, force_terminal=False, width=100), "s", budget=4)
+    cached = dataclasses.replace(_run(5, 2500.0, "cached"), cached_from=2)
+    long_reason = dataclasses.replace(_run(6, None, "infeasible"), failure_reason="word " * 40 + "END")
+    with view:
+        view.finished(_run(2, 2500.0), 5.0, launched=1)
+        view.finished(cached, None, launched=1)
+        view.finished(dataclasses.replace(_run(3, None, "avoided"), failure_reason="learned: x=1"), None, launched=1)
+        view.finished(long_reason, 1.0, launched=2)
+    text = out.getvalue()
+    assert "trial 5 [no launch] steps=3 -> 2500.0 tok/s@C16, from trial 2 (not launched)" in text
+    assert "trial 3 [no launch]" in text
+    assert text.count("[1/4]") == 1 and text.count("[2/4]") == 1
+    assert "END" in text  # the whole reason, wrapped, not cut
