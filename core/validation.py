@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import yaml
 from pydantic import ValidationError
+
+from core.errors import ConfigError
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -33,3 +39,30 @@ def format_validation_error(path: str, exc: ValidationError, prefix: str = "") -
     value = err.get("input")
     shown = "" if isinstance(value, dict | list) or value is None else f"{value!r}: "
     return f"{path}: {where}: {shown}{msg}"
+
+
+def read_yaml(path: Path, what: str = "") -> Any:
+    """The parsed YAML of a file; ConfigError in one line naming the file (and the line) when it cannot
+    be read, is not UTF-8 text, is not YAML, or nests too deeply to parse."""
+    label = f"{what} " if what else ""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {label}file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file (byte {exc.start} is not UTF-8)") from exc
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load`` with its errors as one-line ConfigErrors naming ``where`` and the line."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{where}: {line}not valid YAML: {problem}") from exc
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply to read (brackets or mappings hundreds of levels "
+                          "deep)") from None

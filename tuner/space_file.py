@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import ConfigError
 from core.types import BenchConfig, GatePrompt
-from core.validation import format_validation_error
+from core.validation import format_validation_error, parse_yaml
 
 Scalar = str | int | float | bool
 
@@ -148,12 +147,7 @@ def load_space_file(path: str | Path) -> tuple[SpaceFile, str]:
         raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not a text file (byte {exc.start} is not UTF-8)") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "?"
-        raise ConfigError(f"{p}: {where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    data = parse_yaml(text, str(p))
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: (top level): expected a mapping of keys, got {type(data).__name__}")
     try:

@@ -37,7 +37,7 @@ def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, Any]:
             continue
         try:
             out[key] = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             out[key] = raw
     return out
 

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import ConfigError
-from core.validation import format_validation_error
+from core.validation import format_validation_error, read_yaml
 
 Pattern = str | int | float | bool | None | list[str | int | float | bool | None]
 Adjust = float | str
@@ -158,14 +157,7 @@ class Outcome:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario; ConfigError (one line, key path) on any problem."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read scenario: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not a text file (byte {exc.start} is not UTF-8)") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    data = read_yaml(p, "scenario")
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
