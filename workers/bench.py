@@ -39,6 +39,7 @@ from workers.metrics import (
     tpot_samples,
     ttft_samples,
 )
+from workers.replies import body_summary
 
 FAILURE_BACKOFF_S = 0.05
 EARLY_ABORT_FAILURES = 32
@@ -77,15 +78,15 @@ async def _one_request(client: httpx.AsyncClient, path: str, body: dict[str, Any
     try:
         async with client.stream("POST", path, json=body) as resp:
             if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")[:160]
-                rec.error = f"HTTP {resp.status_code}: {text.strip()}"
+                text = (await resp.aread()).decode(errors="replace")
+                rec.error = f"HTTP {resp.status_code}: {body_summary(text)}"
                 return
             done = finished = False
             async for line in resp.aiter_lines():  # read to the end: the connection is then reused
                 if not line or done:
                     continue
                 if not line.startswith("data:"):
-                    rec.error = f"malformed stream line: {line[:60]!r}"
+                    rec.error = f"malformed stream line: {body_summary(line, 60)!r}"
                     return
                 data = line[5:].strip()
                 if data == "[DONE]":
@@ -106,9 +107,9 @@ async def _one_request(client: httpx.AsyncClient, path: str, body: dict[str, Any
     except httpx.TimeoutException as exc:
         rec.error = f"timeout: {type(exc).__name__}"
     except httpx.HTTPError as exc:
-        rec.error = f"connection error: {type(exc).__name__}: {exc}"[:200]
-    except (ValueError, KeyError, TypeError) as exc:
-        rec.error = f"malformed event: {exc}"[:200]
+        rec.error = f"connection error: {type(exc).__name__}: {body_summary(str(exc), 120)}"
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        rec.error = f"malformed event: {body_summary(str(exc), 120)}"
     finally:
         if rec.end is None:
             rec.end = time.perf_counter()

@@ -16,6 +16,7 @@ import httpx
 
 from core.types import GateCheck, GateConfig, GatePrompt, GateResult
 from workers.bench import auth_headers
+from workers.replies import body_summary
 
 DEFAULT_PROMPT = GatePrompt(text="The capital of France is", max_new_tokens=16)
 REPEAT_MIN_TOKENS = 4
@@ -52,6 +53,26 @@ def check_output(prompt: GatePrompt, text: str | None, output_ids: list[int], du
     return GateCheck(prompt.text, got, expected, True, "ok")
 
 
+class _BadReply(Exception):
+    """A /generate answer the gate cannot read (its message is the one-line reason)."""
+
+
+def _reply(resp: httpx.Response) -> tuple[str | None, list[int]]:
+    """(text, output_ids) of a /generate answer; _BadReply saying what is wrong with it otherwise."""
+    if resp.status_code != 200:
+        raise _BadReply(f"HTTP {resp.status_code}: {body_summary(resp.text)}")
+    try:
+        data = resp.json()
+    except ValueError:
+        raise _BadReply(f"not JSON: {body_summary(resp.text, 80)}") from None
+    text = data.get("text") if isinstance(data, dict) else None
+    ids = (data.get("output_ids") or []) if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(text, str | None) or not isinstance(ids, list) \
+            or not all(isinstance(i, int) for i in ids):
+        raise _BadReply(f"unexpected reply: {body_summary(resp.text, 80)}")
+    return text, ids
+
+
 async def run_gate(url: str, gate: GateConfig, *, dummy_weights: bool = False, no_tokenizer: bool = False,
                    transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 120.0,
                    api_key: str | None = None) -> GateResult:
@@ -76,12 +97,13 @@ async def run_gate(url: str, gate: GateConfig, *, dummy_weights: bool = False, n
                 body["text"] = prompt.text
             try:
                 resp = await client.post("/generate", json=body)
-                resp.raise_for_status()
-                data = resp.json()
-                checks.append(check_output(prompt, data.get("text"), list(data.get("output_ids") or []),
-                                           dummy_weights))
-            except (httpx.HTTPError, ValueError) as exc:
+                text, ids = _reply(resp)
+                checks.append(check_output(prompt, text, ids, dummy_weights))
+            except _BadReply as exc:
                 checks.append(GateCheck(prompt.text, "", prompt.expect or prompt.expect_regex, False,
-                                        f"request failed: {type(exc).__name__}: {exc}"[:200]))
+                                        f"request failed: {exc}"))
+            except httpx.HTTPError as exc:
+                checks.append(GateCheck(prompt.text, "", prompt.expect or prompt.expect_regex, False,
+                                        f"request failed: {type(exc).__name__}: {body_summary(str(exc), 120)}"))
     return GateResult(passed=all(c.ok for c in checks), checks=tuple(checks),
                       semantic_skipped=dummy_weights or no_tokenizer)
