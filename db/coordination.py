@@ -7,7 +7,7 @@ key refuses a configuration another driver is launching. Recording the trial's r
 claim in the same transaction (``Store.record``). A driver is dead when its heartbeat is older than
 ``STALE_S``, or at once when it ran on this host and its process is gone (SIGKILL); its claims and
 its RUNNING trials are then taken over by whoever looks next. On PostgreSQL the sweep's row is locked
-for the claim; on SQLite the single INSERT takes the write lock before it reads.
+(``FOR NO KEY UPDATE``) for the claim; on SQLite the single INSERT takes the write lock before it reads.
 """
 
 from __future__ import annotations
@@ -32,13 +32,17 @@ BEAT_EVERY_S = 10.0
 
 _CLAIM = text("""
 INSERT INTO tuner_launch_claims (sweep_id, config_key, trial_number, driver, counted)
-SELECT :sweep, :key, :trial, :driver, :counted
-WHERE (:uncounted OR (
+SELECT CAST(:sweep AS INTEGER), CAST(:key AS VARCHAR(32)), CAST(:trial AS INTEGER), CAST(:driver AS VARCHAR(200)),
+       CAST(:counted AS BOOLEAN)
+WHERE (CAST(:uncounted AS BOOLEAN) OR (
     (SELECT count(*) FROM tuner_trial_runs
-      WHERE sweep_id = :sweep AND status IN ('ok', 'infeasible') AND (repeat_of IS NULL OR remeasure))
-  + (SELECT count(*) FROM tuner_launch_claims WHERE sweep_id = :sweep AND counted)) < :budget)
-  AND NOT (:first AND EXISTS (SELECT 1 FROM tuner_trial_runs
-      WHERE sweep_id = :sweep AND config_key = :key AND status IN ('ok', 'infeasible') AND repeat_of IS NULL))
+      WHERE sweep_id = CAST(:sweep AS INTEGER) AND status IN ('ok', 'infeasible')
+        AND (repeat_of IS NULL OR remeasure))
+  + (SELECT count(*) FROM tuner_launch_claims WHERE sweep_id = CAST(:sweep AS INTEGER) AND counted))
+  < CAST(:budget AS INTEGER))
+  AND NOT (CAST(:first AS BOOLEAN) AND EXISTS (SELECT 1 FROM tuner_trial_runs
+      WHERE sweep_id = CAST(:sweep AS INTEGER) AND config_key = CAST(:key AS VARCHAR(32))
+        AND status IN ('ok', 'infeasible') AND repeat_of IS NULL))
 """)
 
 
@@ -154,8 +158,10 @@ class Coordination:
                   "counted": counted, "uncounted": not counted, "budget": budget, "first": first}
         try:
             with self._session() as s:
-                if self._postgres:  # claims of one sweep one at a time (SQLite: the INSERT's write lock)
-                    s.execute(select(SweepRecord.id).where(SweepRecord.id == self.sweep_id).with_for_update())
+                if self._postgres:  # claims of one sweep one at a time (SQLite: the INSERT's write lock); NO KEY
+                    # UPDATE lets a run's record (a foreign key to the sweep) commit meanwhile: no deadlock
+                    s.execute(select(SweepRecord.id).where(SweepRecord.id == self.sweep_id)
+                              .with_for_update(key_share=True))
                 inserted = cast(CursorResult[Any], s.execute(_CLAIM, params)).rowcount
         except IntegrityError:
             return Claim.TAKEN

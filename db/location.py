@@ -10,8 +10,10 @@ written by a running sweep can always be shown, exported and reported.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -61,6 +63,8 @@ def database(where: str | Path | Database) -> Database:
     if re.match(r"^[a-z][a-z0-9+]*://", text):
         if text.startswith("sqlite:///") and len(text) > len("sqlite:///"):
             return database(Path(text[len("sqlite:///"):]))
+        if text.startswith(("postgresql://", "postgres://")):  # the driver we install (psycopg 3)
+            text = "postgresql+psycopg://" + text.split("://", 1)[1]
         return Database(text, None)
     path = Path(text).expanduser().resolve()
     return Database(f"sqlite:///{path}", path)
@@ -150,9 +154,9 @@ def _check_creatable(path: Path) -> None:
     if not parent.is_dir():
         raise StoreError(f"{path}: cannot create the database: {parent} is not a directory")
     try:
-        probe = parent / f".tuner-probe-{path.name}"
-        probe.touch()
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".tuner-probe-", dir=parent)  # unique: drivers start together
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise StoreError(f"{path}: cannot create the database here: {exc.strerror or exc}") from exc
 

@@ -9,6 +9,7 @@ options (``--api-key`` ...) are redacted, in argv, env and the server log.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -126,13 +127,20 @@ class Store:
             event.listen(self.engine, "connect", _pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         if not read_only:
+            self._create_tables()
+            self._add_missing_columns()
+
+    def _create_tables(self, attempts: int = 5) -> None:
+        """Create the tuner's tables if missing (drivers started together race to: try again)."""
+        for attempt in range(1, attempts + 1):
             try:
                 with self._session() as s:
                     Base.metadata.create_all(s.get_bind())
-            except StoreError:  # another driver created them at the same moment: they exist now
-                with self._session() as s:
-                    Base.metadata.create_all(s.get_bind())
-            self._add_missing_columns()
+                return
+            except StoreError:
+                if attempt == attempts:
+                    raise
+                time.sleep(0.2 * attempt)
 
     def _add_missing_columns(self) -> None:
         """Upgrade a database written by an older version: add the nullable columns it lacks."""
@@ -211,6 +219,8 @@ class Store:
         secrets = secret_values(result.argv, {**config.env, **result.env}, config.flags)
         bench = result.bench
         with self._session() as s:
+            if not self.db.is_sqlite:  # after the claims of this sweep under way, before the next (db.coordination)
+                s.execute(select(SweepRecord.id).where(SweepRecord.id == sweep_id).with_for_update(key_share=True))
             old = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
                                                   TrialRun.trial_number == result.trial_number))
             if old is not None:

@@ -86,3 +86,35 @@ def bench_result(tok_s: float) -> BenchResult:
                        ttft_ms=stats, tpot_ms=stats, itl_ms=stats, e2e_ms=stats, completed=10, failed=0,
                        output_tokens=100, output_chunks=50, achieved_concurrency=16.0, concurrency=16,
                        held_concurrency=True, accept_length=None, duration_s=1.0)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real PostgreSQL server (pgserver's bundled binaries) for the session; its SQLAlchemy URL."""
+    import warnings
+
+    pgserver = pytest.importorskip("pgserver")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = pgserver.get_server(tmp_path_factory.mktemp("postgres"), cleanup_mode="stop")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def fresh_postgres_db(postgres_url: str) -> str:
+    """A new, empty database on the session's PostgreSQL server; its URL."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    from db.location import database
+
+    name = f"t{uuid.uuid4().hex[:12]}"
+    engine = create_engine(database(postgres_url).url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return postgres_url.replace("/postgres?", f"/{name}?", 1)

@@ -138,7 +138,8 @@ def _demo_space() -> Path:
     return Path(str(resources.files("search_spaces").joinpath("demo-sim.yaml")))
 
 
-DbOpt = Annotated[Path, typer.Option("--db", help="Sweep database (SQLite).")]
+DbOpt = Annotated[str, typer.Option("--db", help="Sweep database: a SQLite file, or a SQLAlchemy URL such as "
+                                                  "postgresql://user@host/db (shared by several drivers).")]
 StudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the latest).")]
 
 
@@ -149,7 +150,7 @@ def sweep(
     budget: Annotated[int, typer.Option(min=1, max=1_000_000, help="Distinct configurations to launch.")] = 40,
     confirm: Annotated[int, typer.Option(min=0, help="Then measure the N best once more; rank by median.")]
     = 0,
-    db: DbOpt = Path("tuner.db"),
+    db: DbOpt = "tuner.db",
     study: Annotated[str | None, typer.Option(help="Study name (default: the space's name).")] = None,
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: a local Ray).")] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs of the local Ray (fake ones for the simulator).")]
@@ -201,7 +202,7 @@ def sweep(
 
 @app.command()
 def show(
-    db: DbOpt = Path("tuner.db"),
+    db: DbOpt = "tuner.db",
     study: StudyOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every trial as JSON.")] = False,
     limit: Annotated[int | None, typer.Option(help="Show at most N trials.")] = None,
@@ -230,7 +231,7 @@ def show(
 
 @app.command()
 def export(
-    db: DbOpt = Path("tuner.db"),
+    db: DbOpt = "tuner.db",
     study: StudyOpt = None,
     trial: Annotated[int | None, typer.Option(help="Trial number (default: the best).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (default: stdout).")] = None,
@@ -253,7 +254,7 @@ def export(
 
 @app.command()
 def dashboard(
-    db: DbOpt = Path("tuner.db"),
+    db: DbOpt = "tuner.db",
     host: Annotated[str, typer.Option(help="Interface to bind (no authentication: keep it local).")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 8080,
@@ -276,7 +277,7 @@ def dashboard(
 
 @app.command()
 def report(
-    db: DbOpt = Path("tuner.db"),
+    db: DbOpt = "tuner.db",
     study: StudyOpt = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="HTML file to write.")] = Path("report.html"),
 ) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.samplers import BaseSampler
@@ -15,23 +17,26 @@ from db.location import BUSY_TIMEOUT_S, Database, database, sqlite_readable
 from tuner.space import SearchSpace
 
 METRIC_NAMES = ["tok/s@C16"]
+TABLE_RACE_ATTEMPTS = 5  # drivers started together create Optuna's tables at the same moment
 
 
 def rdb_storage(where: str | Path | Database, *, read_only: bool = False) -> optuna.storages.RDBStorage:
     """Optuna's storage on the sweep database (SQLite: 30 s busy timeout); ``read_only`` neither creates
     nor upgrades Optuna's tables, and opens a SQLite file read-only (for readers: report, dashboard)."""
     db = database(where)
-    if not db.is_sqlite:
-        return optuna.storages.RDBStorage(db.url, engine_kwargs={"pool_pre_ping": True},
-                                          skip_compatibility_check=read_only, skip_table_creation=read_only)
-    url = db.reader_url(immutable=not sqlite_readable(db)) if read_only else db.url
-    for attempt in (1, 2):
+    if db.is_sqlite:
+        url = db.reader_url(immutable=not sqlite_readable(db)) if read_only else db.url
+        engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
+    else:
+        url, engine_kwargs = db.url, {"pool_pre_ping": True}
+    for attempt in range(1, TABLE_RACE_ATTEMPTS + 1):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}},
-                                              skip_compatibility_check=read_only, skip_table_creation=read_only)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_compatibility_check=read_only,
+                                              skip_table_creation=read_only)
         except (IntegrityError, OperationalError):
-            if attempt == 2 or read_only:  # else another driver created the tables at the same moment: again
+            if attempt == TABLE_RACE_ATTEMPTS or read_only:  # else another driver is creating them: again
                 raise
+            time.sleep(0.2 * attempt)
     raise AssertionError("unreachable")
 
 
