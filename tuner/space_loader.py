@@ -164,13 +164,14 @@ def check_flags(space: SearchSpace, table: FlagTable) -> None:
                 check(param.target[1], value, f"{param.path}{suffix}")
 
 
-def apply_hardware(space: SearchSpace, arch: str | None) -> SearchSpace:
-    """Drop the choices that cannot run on ``arch`` (see core.hardware); ConfigError if none is left."""
+def apply_hardware(space: SearchSpace, arch: str | None, version: str | None = None) -> SearchSpace:
+    """Drop the choices that cannot run on ``arch`` with SGLang ``version`` (see core.hardware);
+    ConfigError if none is left."""
     if arch is None:
         return space
 
     for name, value in space.base.flags.items():
-        rule = violated_rule({name: value}, arch)
+        rule = violated_rule({name: value}, arch, version)
         if rule:
             raise ConfigError(f"{space.path}: base.{name}: {value!r} cannot run on {arch}: {rule}")
     pruned: list[Pruned] = []
@@ -184,7 +185,7 @@ def apply_hardware(space: SearchSpace, arch: str | None) -> SearchSpace:
                 flags = {param.target[1]: choice}
             else:
                 flags = {}
-            rule = violated_rule(flags, arch)
+            rule = violated_rule(flags, arch, version)
             if rule:
                 pruned.append(Pruned(param.name, choice, rule))
             else:
@@ -238,4 +239,4 @@ def load_space(path: str | Path, table: FlagTable | None = None, arch: str | Non
     check_gpu_count(space)
     if table is not None:
         check_flags(space, table)
-    return apply_hardware(space, arch or file.gpu)
+    return apply_hardware(space, arch or file.gpu, table.version if table is not None else None)

@@ -97,7 +97,7 @@ class Sweep:
             node, slots = launcher.start()
             check_flags(space, node.table)
             arch = space.file.gpu or (node.gpu.arch if node.gpu else None)
-            ctx = self._context(apply_hardware(space, arch), launcher, node, slots, arch)
+            ctx = self._context(apply_hardware(space, arch, node.sglang_version), launcher, node, slots, arch)
             try:
                 with ctx.view:
                     self._announce(ctx)
