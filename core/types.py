@@ -78,6 +78,12 @@ class BenchConfig:
     seed: int = 0
     early_stop_window_s: float | None = None
     early_stop_below_tok_s: float | None = None
+    vocab_size: int | None = None  # prompt token ids are drawn below it (the model's config.json says)
+
+    def prompt_id_range(self) -> tuple[int, int]:
+        """[low, high) of the random prompt token ids: 1000..30000, inside the vocabulary when known."""
+        high = min(30000, self.vocab_size) if self.vocab_size else 30000
+        return min(1000, high // 10), max(high, 1)
 
 
 @dataclass(frozen=True)

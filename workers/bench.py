@@ -141,7 +141,8 @@ class _Run:
         """One closed-loop stream: a request after each response until the end or an abort."""
         cfg = self.cfg
         while time.perf_counter() < self.end and not self.abort:
-            prompt = [self.rng.randrange(1000, 30000) for _ in range(cfg.input_len)]
+            low, high = cfg.prompt_id_range()
+            prompt = [self.rng.randrange(low, high) for _ in range(cfg.input_len)]
             _, body = _payload(cfg, prompt)
             rec = Record(start=time.perf_counter())
             self.records.append(rec)

@@ -9,6 +9,8 @@ makes the result ``interrupted``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +37,23 @@ class Phase:
     trial_number: int | None
     phase: str
     since: float
+
+
+def model_vocab_size(flags: dict[str, Any]) -> int | None:
+    """The vocabulary size in the model's ``config.json`` (``vocab_size``, or its ``text_config``'s),
+    where the model path is a local folder; None otherwise (a hub id, no file, no key)."""
+    path = Path(str(flags.get("model_path") or "")) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    for section in (config, config.get("text_config") or {}):
+        size = section.get("vocab_size") if isinstance(section, dict) else None
+        if isinstance(size, int) and size > 0:
+            return size
+    return None
 
 
 class TrialRunner:
@@ -131,7 +150,9 @@ class TrialRunner:
                     out.kind = FailureKind.GATE_FAILED
                     out.reason = f"correctness gate failed: {out.gate.summary()}"
                     return out
-            out.bench = asyncio.run(run_benchmark(server.url, spec.bench, on_phase=phase,
+            vocab = spec.bench.vocab_size or model_vocab_size(spec.config.flags)
+            bench = dataclasses.replace(spec.bench, vocab_size=vocab)
+            out.bench = asyncio.run(run_benchmark(server.url, bench, on_phase=phase,
                                                   should_stop=lambda: self._interrupted or not server.alive(),
                                                   api_key=api_key))
             if not server.alive():

@@ -191,3 +191,21 @@ def test_early_stopping_ends_a_clearly_slow_run(tmp_path: Path) -> None:
     assert stopped_after < base.warmup_s + base.duration_s
     assert not fine.early_stopped and fine.duration_s == pytest.approx(4.0)
     assert slow.tok_s == pytest.approx(fine.tok_s, rel=0.1)
+
+
+def test_prompt_ids_stay_inside_the_models_vocabulary(tmp_path: Path) -> None:
+    from workers.trial import model_vocab_size
+
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 512}}))
+    assert model_vocab_size({"model_path": str(tmp_path)}) == 512
+    assert model_vocab_size({"model_path": "org/hub-id"}) is None
+    seen: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.extend(json.loads(request.content)["input_ids"])
+        done = {"text": "x", "meta_info": {"completion_tokens": 4, "finish_reason": {"type": "length"}}}
+        return httpx.Response(200, text=f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n")
+
+    cfg = BenchConfig(concurrency=2, input_len=64, output_len=4, warmup_s=0.0, duration_s=0.2, vocab_size=512)
+    asyncio.run(run_benchmark("http://server", cfg, transport=httpx.MockTransport(handler)))
+    assert seen and max(seen) < 512 and min(seen) >= 0
