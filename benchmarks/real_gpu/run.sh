@@ -17,7 +17,14 @@ export PYTHONPATH=/tmp/site312:/tmp/ray312:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OF
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 case "$what" in
-  paths) python3 benchmarks/real_gpu/paths.py "$OUT" 2>&1 | tee "$OUT/paths.txt" | grep -v "^\[" ;;
+  paths)
+    # the installed SGLang's own parser, as a bundled flag table (core/flag_tables/sglang-<version>.json)
+    python3 -c "import core.flags as f, subprocess, sys, json
+out = subprocess.run([sys.executable, '-c', f'MARKER = {f.INTROSPECT_MARKER!r}\n' + f.INTROSPECT_SCRIPT],
+                     capture_output=True, text=True).stdout.rpartition(f.INTROSPECT_MARKER)[2]
+dump = json.loads(out); open('$OUT/sglang-' + dump['sglang_version'] + '.json', 'w').write(json.dumps(dump, indent=1))
+print('flag table of SGLang', dump['sglang_version'], len(dump['options']), 'options')"
+    python3 benchmarks/real_gpu/paths.py "$OUT" 2>&1 | tee "$OUT/paths.txt" | grep -v "^\[" ;;
   sweep)
     db=/tmp/real-sweep/tuner.db
     python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200.yaml --budget 4 --confirm 1 --db $db \
