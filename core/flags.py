@@ -33,7 +33,7 @@ KNOWN_VALUES: dict[str, tuple[str, ...]] = {
     ),
 }
 
-BUNDLED_VERSIONS = ("0.5.23",)
+BUNDLED_VERSIONS = ("0.5.23", "0.5.17")  # core/flag_tables/sglang-<version>.json (0.5.17: the newest on torch 2.11)
 DEFAULT_VERSION = "0.5.23"
 
 

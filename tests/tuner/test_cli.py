@@ -137,3 +137,22 @@ def test_a_cluster_address_that_leads_nowhere_fails_fast_in_one_line(tmp_path: P
         assert time.monotonic() - t0 < 30
     web.shutdown()
     assert not (tmp_path / "t.db").exists()
+
+
+def test_sglang_0_5_17_is_bundled_and_prunes_what_it_refused_on_an_h200(tmp_path: Path) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text("name: t\nbase: {model_path: /m}\nparams:\n  attention_backend: {choices: [fa3, trtllm_mha]}\n"
+                     "  cuda_graph_max_bs: {choices: [8, 16]}\n")
+    old = _run("validate", str(space), "--sglang-version", "0.5.17", "--gpu", "sm_90")
+    new = _run("validate", str(space), "--sglang-version", "0.5.23", "--gpu", "sm_90")
+    assert old.returncode == 0 and new.returncode == 0, old.stderr + new.stderr
+    assert "pruned attention_backend=trtllm_mha: trtllm_mha is only supported on Blackwell" in old.stdout
+    assert "pruned" not in new.stdout
+    rendered = _run("render", str(space), "--sglang-version", "0.5.17", "--set", "attention_backend=fa3",
+                    "--set", "cuda_graph_max_bs=8")
+    assert rendered.returncode == 0, rendered.stderr
+    assert "--cuda-graph-max-bs-decode 8" in rendered.stdout  # 0.5.17 already has the new name (seen on the GPU)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: t\nbase: {model_path: /m, disable_aiter_allreduce_fusion_in_decode: true}\n")
+    refused = _run("validate", str(bad), "--sglang-version", "0.5.17")
+    assert refused.returncode == 2 and "0.5.17" in refused.stderr  # the flag 0.5.17 refused at startup
