@@ -23,6 +23,7 @@ class FailureKind(StrEnum):
     CRASHED = "crashed"
     GATE_FAILED = "gate_failed"
     BENCHMARK_FAILED = "benchmark_failed"
+    SLO_MISSED = "slo_missed"  # measured, but outside a service-level objective (core.slo)
     INTERRUPTED = "interrupted"
     INFRASTRUCTURE = "infrastructure"
 

@@ -162,6 +162,9 @@ def sweep(
                                                    "(simulated spaces only).")] = False,
     sampler: Annotated[str | None, typer.Option(help="Search strategy: model (default), model-only, tpe, "
                                                      "random, coordinate, gp.")] = None,
+    slo: Annotated[str | None, typer.Option(help="Objectives a configuration must meet, e.g. "
+                                                 "'ttft_p99<2s,itl_p99<50ms,per_user_tok_s>30' (overrides the "
+                                                 "space's slo).")] = None,
 ) -> None:
     """Launch, benchmark and rank SGLang configurations until the budget is spent (resumable)."""
     import signal
@@ -186,7 +189,7 @@ def sweep(
     signal.signal(signal.SIGINT, on_signal)
     opts = SweepOptions(space_path=str(space), db_path=str(db), study_name=study, budget=budget, confirm=confirm,
                         address=address, gpus=gpus, max_groups=groups, sglang_python=sglang_python, seed=seed,
-                        offline=offline, sampler=sampler)
+                        offline=offline, sampler=sampler, slo=slo)
 
     def go() -> None:
         runner = Sweep(opts, lambda name, b, scale: SweepView(console, name, b, scale))

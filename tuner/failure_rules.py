@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.types import FailureKind
 from tuner.space import SearchSpace
 
 MAX_RULE_SIZE = 3
@@ -278,7 +279,8 @@ class RuleBook:
         """Derive the rules from the sweep's launched runs (``RunRow``-like); returns the new ones."""
         observations = [Observation(r.trial_number, dict(r.params), None if r.tok_s is not None else r.failure_kind,
                                     r.failure_reason)
-                        for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)]
+                        for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)
+                        and r.failure_kind != FailureKind.SLO_MISSED]  # a latency, not a failure of settings
         before = {(r.params, r.kind) for r in self.rules}
         rules = self.learner.learn(observations)
         if rules != self.rules:

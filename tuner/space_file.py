@@ -123,6 +123,7 @@ class SpaceFile(_Strict):
     benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec)
     gate: GateSpec = Field(default_factory=GateSpec)
     roofline: RooflineSpec | None = None
+    slo: str | None = None  # e.g. "ttft_p99<2s,itl_p99<50ms,per_user_tok_s>30" (core.slo); --slo overrides
 
     @field_validator("gpu")
     @classmethod

@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 
 from core.errors import ClusterError
 from core.redact import scrub, secret_values
+from core.slo import Slo, judged, parse_slos
 from core.types import Config, FailureKind, RunStatus, TrialResult, TrialSpec
 from db.coordination import Claim, Coordination
 from db.location import check as check_database
@@ -77,6 +78,7 @@ class Sweep:
     store: Store
     recorder: Recorder
     _infra_failures = 0
+    slos: tuple[Slo, ...] = ()
 
     def __init__(self, options: SweepOptions, view_factory: Callable[[str, int, float], SweepView],
                  launcher_factory: LauncherFactory = launcher_for) -> None:
@@ -90,6 +92,8 @@ class Sweep:
         STOP.clear()
         check_strategy(self.opts.sampler)
         space = load_space(self.opts.space_path)  # a bad file stops here: nothing written, nothing started
+        self.slos = parse_slos(self.opts.slo or space.file.slo,
+                               "--slo" if self.opts.slo else f"{self.opts.space_path}: slo")
         launcher = self.launcher_factory(space, self.opts)  # so does a bad scenario
         check_database(database(self.opts.db_path), writing=True)  # and an unusable database
         watchdog = start_watchdog()
@@ -333,7 +337,7 @@ class Sweep:
         """Record a result, free its slot, answer the proposals that waited for its configuration."""
         p = flight.pending.pop(done.result.trial_number)
         flight.idle.append(ctx.slots[done.slot])
-        self._finish(ctx, p, done.result)
+        self._finish(ctx, p, judged(done.result, self.slos))  # outside an objective: infeasible
         key = p.config.key()
         for trial, config in flight.waiting_on.pop(key, []):
             prior = self.store.measured(ctx.sweep.id, key)

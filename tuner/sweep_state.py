@@ -29,6 +29,7 @@ class SweepOptions:
     seed: int | None = None
     offline: bool = False
     sampler: str | None = None
+    slo: str | None = None  # overrides the space's ``slo``
 
 
 @dataclass
