@@ -2,6 +2,10 @@
 # Real SGLang on a GPU node, with the kit of ../shared/gpu-kit (built into .gpu-kit/, git-ignored).
 #   bash benchmarks/real_gpu/run.sh paths OUT   every trial path through the worker code (carry
 #                                                .gpu-kit/site312.tar.xz and .gpu-kit/tiny)
+#   bash benchmarks/real_gpu/run.sh unpack OUT  only unpack the kit (carry .gpu-kit/site312.tar.xz)
+#   bash benchmarks/real_gpu/run.sh two OUT     on a 2-GPU node, right after `unpack` (carry
+#                                                .gpu-kit/ray312.tar.xz and .gpu-kit/tiny): two 1-GPU
+#                                                groups at once, then --tp-size 2 trials
 #   bash benchmarks/real_gpu/run.sh sweep OUT   a real `tuner sweep` with --confirm (carry
 #                                                .gpu-kit/ray312.tar.xz; run right after `paths`,
 #                                                while the node still has /tmp/site312)
@@ -12,7 +16,7 @@ mkdir -p "$OUT"
 command -v nvidia-smi >/dev/null || { echo "no GPU here: nothing to run"; exit 0; }
 [ -d /tmp/site312 ] || tar -xJf .gpu-kit/site312.tar.xz -C /tmp
 [ -d /tmp/tiny ] || cp -r .gpu-kit/tiny /tmp/tiny
-[ "$what" = sweep ] && { [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp; }
+case "$what" in sweep|two) [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp ;; esac
 export PYTHONPATH=/tmp/site312:/tmp/ray312:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -25,6 +29,20 @@ out = subprocess.run([sys.executable, '-c', f'MARKER = {f.INTROSPECT_MARKER!r}\n
 dump = json.loads(out); open('$OUT/sglang-' + dump['sglang_version'] + '.json', 'w').write(json.dumps(dump, indent=1))
 print('flag table of SGLang', dump['sglang_version'], len(dump['options']), 'options')"
     python3 benchmarks/real_gpu/paths.py "$OUT" 2>&1 | tee "$OUT/paths.txt" | grep -v "^\[" ;;
+  unpack) ls /tmp/site312 | head -3 ;;
+  two)
+    for space in tiny-h200 tiny-h200-tp2; do
+      db=/tmp/two/$space.db
+      budget=$([ $space = tiny-h200 ] && echo 4 || echo 2)
+      python3 -m tuner.cli sweep --space benchmarks/real_gpu/$space.yaml --budget $budget --db $db --seed 1 \
+        2>&1 | tee "$OUT/$space.txt" | grep -v "^\[group" | tail -12
+      python3 -m tuner.cli show --db $db --json > "$OUT/$space.json"
+      python3 -c "import json, datetime as d
+for t in sorted(json.load(open('$OUT/$space.json'))['trials'], key=lambda t: t['started_at'] or ''):
+    print(t['trial_number'], 'GPUs', ','.join(t['gpu_ids']), t['started_at'], '->', t['finished_at'], t['status'], t['tok_s'])" \
+        | tee -a "$OUT/overlap.txt"
+    done
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee -a "$OUT/overlap.txt" ;;
   sweep)
     db=/tmp/real-sweep/tuner.db
     python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200.yaml --budget 4 --confirm 1 --db $db \
