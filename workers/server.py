@@ -132,9 +132,10 @@ class ServerProcess:
                     self._fail(ServerStartError, f"server failed during startup: "
                                f"{reason_line(self.read_log(200_000))}")
                 with contextlib.suppress(httpx.HTTPError):
+                    asked = time.monotonic()
                     resp = client.get(probe)
-                    if resp.status_code == 200:
-                        return time.monotonic() - self.started_at
+                    if resp.status_code == 200:  # ready when asked: /health_generate's own generation
+                        return asked - self.started_at  # (SGLang without /ready) is not startup time
                     if resp.status_code in (401, 403):
                         self._fail(ServerStartError, f"server answers {probe} with HTTP {resp.status_code}: "
                                    "it wants an API key the tuner was not given (set api_key in the space)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from core.types import LaunchCommand
@@ -72,3 +73,33 @@ def test_stop_lets_the_main_process_stop_its_children(tmp_path: Path) -> None:
     assert "parent: SIGTERM, stopping my child" in log
     assert "child: SIGTERM from outside" not in log, "only the main process is signalled first"
     assert not server.alive() and not children[0].is_running()
+
+
+OLD_SGLANG_READINESS = """
+import sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/health_generate":
+            time.sleep(1.5)  # it generates a token first, like SGLang before /ready
+        self.send_response(200 if self.path == "/health_generate" else 404)
+        self.end_headers()
+    def log_message(self, *a): pass
+time.sleep(0.5)  # loading
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_startup_time_does_not_count_health_generates_own_generation(tmp_path: Path) -> None:
+    port = free_port()
+    cmd = LaunchCommand(argv=(sys.executable, "-c", OLD_SGLANG_READINESS, str(port)), env={})
+    server = ServerProcess(cmd, tmp_path / "server.log", url=f"http://127.0.0.1:{port}")
+    server.start()
+    try:
+        t0 = time.monotonic()
+        startup = server.wait_ready(30)
+        waited = time.monotonic() - t0
+    finally:
+        server.stop()
+    assert waited >= 1.5  # the readiness probe itself took its 1.5 s ...
+    assert startup <= waited - 1.4  # ... which startup_s leaves out
