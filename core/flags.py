@@ -9,11 +9,15 @@ version, following the renames of :data:`RENAMES` in either direction.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import hashlib
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any, Literal
 
 from core.errors import ConfigError, FlagError
@@ -176,7 +180,48 @@ INTROSPECT_MARKER = "@@sglang-tuner flag table@@"
 
 
 def introspect(python: str, timeout_s: float = 120.0) -> FlagTable:
-    """Dump the parser of the SGLang importable by ``python``; ConfigError if that fails."""
+    """Dump the parser of the SGLang importable by ``python``; ConfigError if that fails.
+
+    Cached per user (``~/.cache/sglang-tuner``), keyed by the Python and the path, size and mtime of
+    that SGLang's ``server_args.py``: importing SGLang takes 15-25 s on a GPU node, and every GPU-group
+    actor of every sweep asked again (a new or changed SGLang misses the cache)."""
+    cached = _cache_file(python)
+    if cached is not None:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            return FlagTable.from_dump(json.loads(cached.read_text()), source=f"introspected with {python} (cached)")
+    dump = _dump_parser(python, timeout_s)
+    table = FlagTable.from_dump(dump, source=f"introspected with {python}")
+    if cached is not None:
+        with contextlib.suppress(OSError):
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            partial = cached.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(dump))
+            partial.replace(cached)  # atomic: actors on one node write at the same time
+    return table
+
+
+_FINGERPRINT = ("import importlib.util as u, os, sys\n"
+                "s = u.find_spec('sglang')\n"
+                "p = os.path.join(os.path.dirname(s.origin), 'srt', 'server_args.py')\n"
+                "st = os.stat(p)\n"
+                "print(sys.executable, p, st.st_size, st.st_mtime_ns)")
+
+
+def _cache_file(python: str) -> Path | None:
+    """Where the dump of this Python's SGLang is cached (None when its SGLang cannot be located fast)."""
+    try:
+        proc = subprocess.run([python, "-c", _FINGERPRINT], capture_output=True, text=True, timeout=30,
+                              check=False, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    key = hashlib.sha256((proc.stdout.strip() + INTROSPECT_SCRIPT).encode()).hexdigest()[:20]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "sglang-tuner" / f"flags-{key}.json"
+
+
+def _dump_parser(python: str, timeout_s: float) -> dict[str, Any]:
     try:
         proc = subprocess.run(
             [python, "-c", f"MARKER = {INTROSPECT_MARKER!r}\n{INTROSPECT_SCRIPT}"], capture_output=True, text=True,
@@ -194,7 +239,9 @@ def introspect(python: str, timeout_s: float = 120.0) -> FlagTable:
     try:
         if not found:
             raise ValueError("no flag table in its output")
-        return FlagTable.from_dump(json.loads(dump), source=f"introspected with {python}")
+        parsed = json.loads(dump)
+        FlagTable.from_dump(parsed, source="check")
+        return parsed  # type: ignore[no-any-return]
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{python}: unreadable SGLang parser dump: {exc}") from exc
 

@@ -138,3 +138,19 @@ def test_real_sglang_parser_matches_the_bundled_table_and_accepts_rendered_confi
     out = subprocess.run([python, "-c", code], input=json.dumps(argvs), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("parsed")
+
+
+def test_introspection_is_cached_until_sglang_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    fake = tmp_path / "site"
+    shutil.copytree(FAKE_054, fake)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    first = introspect(sys.executable)
+    again = introspect(sys.executable)
+    assert "(cached)" not in first.source and again.source.endswith("(cached)")
+    assert again.flags.keys() == first.flags.keys() and again.version == first.version
+    args = fake / "sglang" / "srt" / "server_args.py"
+    args.write_text(args.read_text() + "\n# upgraded\n")  # another SGLang: asked again
+    assert "(cached)" not in introspect(sys.executable).source
