@@ -6,6 +6,7 @@
 #   bash benchmarks/real_gpu/run.sh two OUT     on a 2-GPU node, right after `unpack` (carry
 #                                                .gpu-kit/ray312.tar.xz and .gpu-kit/tiny): two 1-GPU
 #                                                groups at once, then --tp-size 2 trials
+#   bash benchmarks/real_gpu/run.sh first OUT   after `unpack`: seconds to the first trial, twice
 #   bash benchmarks/real_gpu/run.sh sweep OUT   a real `tuner sweep` with --confirm (carry
 #                                                .gpu-kit/ray312.tar.xz; run right after `paths`,
 #                                                while the node still has /tmp/site312)
@@ -16,7 +17,7 @@ mkdir -p "$OUT"
 command -v nvidia-smi >/dev/null || { echo "no GPU here: nothing to run"; exit 0; }
 [ -d /tmp/site312 ] || tar -xJf .gpu-kit/site312.tar.xz -C /tmp
 [ -d /tmp/tiny ] || cp -r .gpu-kit/tiny /tmp/tiny
-case "$what" in sweep|two) [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp ;; esac
+case "$what" in sweep|two|first) [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp ;; esac
 export PYTHONPATH=/tmp/site312:/tmp/ray312:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -30,6 +31,14 @@ dump = json.loads(out); open('$OUT/sglang-' + dump['sglang_version'] + '.json', 
 print('flag table of SGLang', dump['sglang_version'], len(dump['options']), 'options')"
     python3 benchmarks/real_gpu/paths.py "$OUT" 2>&1 | tee "$OUT/paths.txt" | grep -v "^\[" ;;
   unpack) ls /tmp/site312 | head -3 ;;
+  first)  # seconds from `tuner sweep` to its first trial, twice (the second reuses the cached flag table)
+    for run in 1 2; do
+      t0=$(date +%s.%N)
+      python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200.yaml --budget $run --db /tmp/first.db \
+        --seed 1 2>&1 | while IFS= read -r line; do
+          case "$line" in *"trial"*"started"*) echo "run $run: first trial after $(awk "BEGIN{print $(date +%s.%N) - $t0}") s";;
+                          *"SGLang 0.5"*) echo "$line";; esac; done | tee -a "$OUT/first.txt"
+    done ;;
   two)
     for space in tiny-h200 tiny-h200-tp2; do
       db=/tmp/two/$space.db
