@@ -41,17 +41,20 @@ def format_validation_error(path: str, exc: ValidationError, prefix: str = "") -
     return f"{path}: {where}: {shown}{msg}"
 
 
+def read_text(path: Path, what: str = "") -> str:
+    """A file's UTF-8 text; ConfigError in one line naming the file when it cannot be read or is not text."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read{' ' + what if what else ''}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file (byte {exc.start} is not UTF-8)") from exc
+
+
 def read_yaml(path: Path, what: str = "") -> Any:
     """The parsed YAML of a file; ConfigError in one line naming the file (and the line) when it cannot
     be read, is not UTF-8 text, is not YAML, or nests too deeply to parse."""
-    label = f"{what} " if what else ""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {label}file: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a text file (byte {exc.start} is not UTF-8)") from exc
-    return parse_yaml(text, str(path))
+    return parse_yaml(read_text(path, what), str(path))
 
 
 def parse_yaml(text: str, where: str) -> Any:

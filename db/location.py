@@ -91,6 +91,14 @@ def check(db: Database, *, writing: bool) -> None:
         _check_writable(path)
 
 
+def url_for(db: Database, *, read_only: bool) -> str:
+    """The URL to open ``db`` with: a reader's SQLite file read-only (``immutable`` where the
+    filesystem is read-only and its WAL index cannot be made), else ``db.url``."""
+    if not read_only or not db.is_sqlite:
+        return db.url
+    return db.reader_url(immutable=not sqlite_readable(db))
+
+
 def sqlite_readable(db: Database) -> bool:
     """True when a read-only connection can open the SQLite file as it is (False on a read-only
     filesystem where its WAL index does not exist yet: open it ``immutable`` then)."""

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.errors import StoreError
 from core.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
 from core.types import Config, RunStatus, TrialResult
-from db.location import BUSY_TIMEOUT_S, Database, check, database, sqlite_readable
+from db.location import BUSY_TIMEOUT_S, Database, check, database, url_for
 from db.models import Base, LaunchClaim, LearnedRule, SweepRecord, TrialRun
 
 MAX_LOG_CHARS = 1_000_000
@@ -46,8 +46,7 @@ def engine_for(db: Database, *, read_only: bool = False) -> Engine:
     and opens a file on a read-only filesystem as it is); a server database as its URL says."""
     if not db.is_sqlite:
         return create_engine(db.url, pool_pre_ping=True)
-    url = db.reader_url(immutable=not sqlite_readable(db)) if read_only else db.url
-    return create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+    return create_engine(url_for(db, read_only=read_only), connect_args={"timeout": BUSY_TIMEOUT_S})
 
 
 @dataclass(frozen=True)

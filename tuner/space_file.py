@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.errors import ConfigError
 from core.types import BenchConfig, GatePrompt
-from core.validation import format_validation_error, parse_yaml
+from core.validation import format_validation_error, parse_yaml, read_text
 
 Scalar = str | int | float | bool
 
@@ -142,12 +142,7 @@ class SpaceFile(_Strict):
 def load_space_file(path: str | Path) -> tuple[SpaceFile, str]:
     """Read and shape-check a space file; returns the model and the raw YAML text."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not a text file (byte {exc.start} is not UTF-8)") from exc
+    text = read_text(p)
     data = parse_yaml(text, str(p))
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: (top level): expected a mapping of keys, got {type(data).__name__}")

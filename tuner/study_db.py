@@ -13,7 +13,7 @@ from optuna.samplers import BaseSampler
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core.errors import ConfigError, StudyError
-from db.location import BUSY_TIMEOUT_S, Database, database, sqlite_readable
+from db.location import BUSY_TIMEOUT_S, Database, database, url_for
 from tuner.space import SearchSpace
 
 METRIC_NAMES = ["tok/s@C16"]
@@ -24,11 +24,9 @@ def rdb_storage(where: str | Path | Database, *, read_only: bool = False) -> opt
     """Optuna's storage on the sweep database (SQLite: 30 s busy timeout); ``read_only`` neither creates
     nor upgrades Optuna's tables, and opens a SQLite file read-only (for readers: report, dashboard)."""
     db = database(where)
-    if db.is_sqlite:
-        url = db.reader_url(immutable=not sqlite_readable(db)) if read_only else db.url
-        engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
-    else:
-        url, engine_kwargs = db.url, {"pool_pre_ping": True}
+    url = url_for(db, read_only=read_only)
+    engine_kwargs: dict[str, Any] = ({"connect_args": {"timeout": BUSY_TIMEOUT_S}} if db.is_sqlite
+                                     else {"pool_pre_ping": True})
     for attempt in range(1, TABLE_RACE_ATTEMPTS + 1):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_compatibility_check=read_only,

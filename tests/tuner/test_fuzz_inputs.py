@@ -59,24 +59,25 @@ def _loads_or_one_line(loader: object, path: Path) -> None:
         _assert_one_line(exc)
 
 
+def _mutated_loads_or_one_line(tmp_path: Path, source: Path, seed: int, value: object, loader: object) -> None:
+    data = yaml.safe_load(source.read_text())
+    path = tmp_path / source.name
+    path.write_text(yaml.safe_dump(_mutate(data, random.Random(seed), value), allow_unicode=True))
+    _loads_or_one_line(loader, path)
+
+
 @FUZZ
 @given(source=st.sampled_from(BUNDLED_SPACES), seed=st.integers(0, 2**32), value=odd_value)
 def test_a_mutated_space_loads_or_says_what_is_wrong_in_one_line(tmp_path: Path, source: Path, seed: int,
                                                                   value: object) -> None:
-    data = yaml.safe_load(source.read_text())
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(_mutate(data, random.Random(seed), value), allow_unicode=True))
-    _loads_or_one_line(load_space, path)
+    _mutated_loads_or_one_line(tmp_path, source, seed, value, load_space)
 
 
 @FUZZ
 @given(source=st.sampled_from(BUNDLED_SCENARIOS), seed=st.integers(0, 2**32), value=odd_value)
 def test_a_mutated_scenario_loads_or_says_what_is_wrong_in_one_line(tmp_path: Path, source: Path, seed: int,
                                                                      value: object) -> None:
-    data = yaml.safe_load(source.read_text())
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(_mutate(data, random.Random(seed), value), allow_unicode=True))
-    _loads_or_one_line(load_scenario, path)
+    _mutated_loads_or_one_line(tmp_path, source, seed, value, load_scenario)
 
 
 @FUZZ
