@@ -8,7 +8,7 @@ reached 95% of it; infeasible launches; launches that hit a failure already seen
 (the same failure rule of the scenario); proposals avoided by a learned rule (no launch).
 
     python benchmarks/sampler_efficiency.py [--spaces a.yaml b.yaml] [--strategies model tpe random coordinate]
-        [--seeds 10] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N] [--per-seed]
+        [--seeds 10] [--first-seed 0] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N] [--per-seed]
 """
 
 from __future__ import annotations
@@ -144,6 +144,8 @@ def main() -> None:
     parser.add_argument("--spaces", nargs="*", default=SPACES, help="(none: only the --random ones)")
     parser.add_argument("--strategies", nargs="+", default=["model", "tpe", "random", "coordinate"])
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1 "
+                        "(held-out seeds: check a change on seeds it was not tuned on)")
     parser.add_argument("--budget", type=int, default=40)
     parser.add_argument("--parallel", type=int, nargs="+", default=[1, 2], help="trials in flight (GPU groups)")
     parser.add_argument("--jobs", type=int, default=2, help="sweeps run at once (processes)")
@@ -161,7 +163,7 @@ def main() -> None:
         _model, optimum = landscape(path)
         print(f"{Path(path).stem}: optimum {optimum:.2f} modelled tok/s@C16", flush=True)
     tasks = [(s, k, p, seed, args.budget) for s in args.spaces for k in args.strategies for p in args.parallel
-             for seed in range(args.seeds)]
+             for seed in range(args.first_seed, args.first_seed + args.seeds)]
     with ProcessPoolExecutor(args.jobs, initializer=_quiet) as pool:
         runs = list(pool.map(one_run, *zip(*tasks, strict=True)))
     if args.per_seed:
