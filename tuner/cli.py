@@ -294,6 +294,15 @@ def report(
     _run(go)
 
 
+def _register_service() -> None:
+    from tuner.cli_service import register
+
+    register(app, console, _run)
+
+
+_register_service()
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="tuner")

@@ -27,11 +27,18 @@ from workers.node import NodeInfo
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
 ACTOR_READY_TIMEOUT_S = 180.0
+WAITING_NOTICE_S = 10.0  # on a shared cluster, say the sweep waits for GPUs after this long
+OTHER_GROUPS_GRACE_S = 5.0  # ... and once one group is up, give the others this long
 REACH_TIMEOUT_S = 10.0  # Ray itself retries an unreachable address for minutes
 
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
 HTTP2_SETTINGS_FRAME_TYPE = 0x04
+
+
+def _notify(line: str) -> None:
+    """A line for the user before the sweep's view exists (a submitted sweep's job log)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def check_reachable(address: str) -> None:
@@ -164,6 +171,8 @@ class Cluster:
         remote: Any = ray.remote(GPUGroup).options(num_gpus=self.gpus_per_trial, num_cpus=0, max_concurrency=4,
                                                    max_restarts=0, scheduling_strategy="SPREAD")
         actors: list[Any] = [remote.remote(self.engine) for _ in range(count)]
+        if self.address:  # a shared cluster: other sweeps may hold the GPUs
+            actors = self._wait_for_gpus(actors)
         try:
             infos = ray.get([a.info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError as exc:
@@ -176,6 +185,25 @@ class Cluster:
         self.groups = [Group(i, a, node, ids, pid, ray_node)
                        for i, (a, (node, ids, pid), ray_node) in enumerate(zip(actors, infos, nodes, strict=True))]
         return self.groups
+
+    def _wait_for_gpus(self, actors: list[Any]) -> list[Any]:
+        """The actors that got their GPUs: wait (without limit) for the first, then briefly for the rest;
+        the ones still waiting are ended, so this sweep holds no place in Ray's queue it does not use."""
+        import ray
+
+        refs = [a.info.remote() for a in actors]
+        ready, _ = ray.wait(refs, num_returns=1, timeout=WAITING_NOTICE_S)
+        if not ready:
+            _notify(f"waiting for GPUs: the cluster's GPUs are in use by other work; this sweep starts when "
+                    f"{self.gpus_per_trial} are free")
+            ray.wait(refs, num_returns=1)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=OTHER_GROUPS_GRACE_S)
+        for actor, ref in zip(actors, refs, strict=True):
+            if ref not in ready:
+                ray.kill(actor)
+        if len(ready) < len(refs):
+            _notify(f"{len(ready)} of {len(refs)} GPU group(s): the other GPUs are in use by other work")
+        return [a for a, r in zip(actors, refs, strict=True) if r in ready]
 
     def replace(self, group: Group) -> Group:
         """A new actor in place of a dead one (same index)."""
