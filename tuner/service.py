@@ -209,6 +209,8 @@ def _progress(db: str, study: str) -> tuple[int | None, float | None]:
 
     try:
         results = load_results(db, study)
+    except StudyError:  # the database is there; the sweep has not started yet
+        return 0, None
     except (TunerError, OSError):
         return None, None
     best = results.best()

@@ -82,3 +82,24 @@ def test_postgresql_and_sqlite_give_the_same_results(tmp_path: Path, fresh_postg
         shown.append(sorted((t["trial_number"], t["status"], t["tok_s"], json.dumps(t["params"], sort_keys=True))
                             for t in trials))
     assert shown[0] == shown[1] and len(shown[0]) >= 12
+
+
+def test_the_dashboard_reads_a_postgresql_study(fresh_postgres_db: str) -> None:
+    import httpx
+
+    from tuner.dashboard import make_dashboard, serve_in_thread
+
+    args = ["sweep", "--offline", "--space", SPACE, "--budget", "6", "--db", fresh_postgres_db, "--study", "pg"]
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    server = make_dashboard(fresh_postgres_db, "127.0.0.1", 0)
+    serve_in_thread(server)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        studies = httpx.get(f"{base}/api/studies", timeout=30).json()["study_summaries"]
+        assert [s["study_name"] for s in studies] == ["pg"]
+        trials = httpx.get(f"{base}/api/studies/{studies[0]['study_id']}", timeout=30).json()["trials"]
+        assert sum(any(a["key"] == "tok_s_c16" for a in t["user_attrs"]) for t in trials) >= 3
+    finally:
+        server.shutdown()
+        server.server_close()
