@@ -15,6 +15,7 @@ from core.errors import ConfigError, FlagError
 from core.flags import FlagTable
 from core.hardware import Pruned, violated_rule
 from core.validation import format_validation_error
+from tuner.parallelism import with_parallel_rules
 from tuner.space import Param, SearchSpace, Settings
 from tuner.space_file import ParamSpec, SpaceFile, load_space_file
 
@@ -203,40 +204,10 @@ def apply_hardware(space: SearchSpace, arch: str | None, version: str | None = N
     return replace(space, params=tuple(params), forbid=forbid, pruned=tuple(pruned))
 
 
-PARALLEL_DESTS = ("tp_size", "dp_size", "pp_size")
-
-
-def check_gpu_count(space: SearchSpace) -> None:
-    """ConfigError if some setting asks for more GPUs (tp x dp x pp) than ``gpus_per_trial`` gives."""
-    need = space.file.gpus_per_trial
-
-    def product(flags: dict[str, Any]) -> int:
-        merged = {**space.base.flags, **flags}
-        total = 1
-        for dest in PARALLEL_DESTS:
-            value = merged.get(dest) or 1
-            total *= int(value) if isinstance(value, int) else 1
-        return total
-
-    if product({}) > need:
-        raise ConfigError(f"{space.path}: base: tp_size x dp_size x pp_size = {product({})} GPUs, but "
-                          f"gpus_per_trial is {need}")
-    for param in space.params:
-        options = ([(f".choices.{label}", opt.flags) for label, opt in param.options.items()]
-                   if param.target is None else
-                   [(f".choices[{i}]", {param.target[1]: v}) for i, v in enumerate(param.values() or [])]
-                   if param.target[0] == "flag" and param.target[1] in PARALLEL_DESTS else [])
-        for where, flags in options:
-            if product(flags) > need:
-                raise ConfigError(f"{param.path}{where}: tp_size x dp_size x pp_size = {product(flags)} GPUs, "
-                                  f"but gpus_per_trial is {need}")
-
-
 def load_space(path: str | Path, table: FlagTable | None = None, arch: str | None = None) -> SearchSpace:
     """Load, validate and compile a space file; check flags if a table is given; prune for ``arch``."""
     file, text = load_space_file(path)
-    space = compile_space(file, str(path), text)
-    check_gpu_count(space)
+    space = with_parallel_rules(compile_space(file, str(path), text))
     if table is not None:
         check_flags(space, table)
     return apply_hardware(space, arch or file.gpu, table.version if table is not None else None)

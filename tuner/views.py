@@ -37,8 +37,11 @@ def print_validation(console: Console, space: SearchSpace, version: str, arch: s
     console.print(space_table(space))
     card = space.cardinality()
     size = "continuous (infinite)" if math.isinf(card) else f"{card:,}"
+    written = len(space.file.forbid)
+    derived = len(space.forbid) - written
+    parallel = f" + {derived} parallel-size combination(s) SGLang refuses" if derived else ""
     console.print(f"SGLang {version}, GPU {arch or 'any (no hardware rules applied)'}: "
-                  f"[bold]{size}[/bold] configurations after {len(space.forbid)} forbid rule(s)"
+                  f"[bold]{size}[/bold] configurations after {written} forbid rule(s){parallel}"
                   f" and hardware rules")
     for pruned in space.pruned:
         console.print(f"  pruned {pruned.reason}", soft_wrap=True)
