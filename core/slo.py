@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from core.errors import ConfigError
 from core.types import BenchResult, FailureKind, TrialResult
@@ -41,12 +43,25 @@ class Slo:
         name, pct = self.metric.rsplit("_", 1)
         return float(getattr(bench, f"{name}_ms").get(pct, float("nan")))
 
+    def value_in(self, metrics: Mapping[str, Any]) -> float:
+        """The same value read from a stored measurement (``BenchResult.as_dict``); NaN when absent."""
+        if self.metric in RATES:
+            found = metrics.get(self.metric)
+        else:
+            name, pct = self.metric.rsplit("_", 1)
+            found = (metrics.get(f"{name}_ms") or {}).get(pct)
+        return float(found) if isinstance(found, int | float) else float("nan")
+
+    def holds(self, value: float) -> bool:
+        """Does a measured value meet the objective (NaN, not measured, does not)?"""
+        if value != value:
+            return False
+        return {"<": value < self.limit, "<=": value <= self.limit, ">": value > self.limit,
+                ">=": value >= self.limit}[self.op]
+
     def met(self, bench: BenchResult) -> bool:
         """Does the measurement meet it (a missing value does not)?"""
-        v = self.value(bench)
-        if v != v:  # NaN: not measured
-            return False
-        return {"<": v < self.limit, "<=": v <= self.limit, ">": v > self.limit, ">=": v >= self.limit}[self.op]
+        return self.holds(self.value(bench))
 
 
 def parse_slos(text: str | None, where: str = "--slo") -> tuple[Slo, ...]:

@@ -214,6 +214,7 @@ def show(
     import json
     from dataclasses import asdict
 
+    from tuner.pareto import front
     from tuner.results import load_results
     from tuner.views import print_summary, runs_table
 
@@ -223,8 +224,11 @@ def show(
             rows = [{**{k: v for k, v in asdict(r).items() if k != "log_tail"},
                      "tok_s_samples": results.samples(r.config_key) if r.status == RunStatus.OK else []}
                     for r in results.ranked()]
+            pareto = [{"trial_number": p.run.trial_number, "tok_s": p.tok_s, "ttft_p99_ms": p.ttft_p99_ms,
+                       "per_user_tok_s": p.per_user_tok_s} for p in front(results)]
             print(json.dumps({"study": results.sweep.study_name, "time_scale": results.sweep.time_scale,
-                              "learned_rules": list(results.rules), "trials": rows}, indent=2, default=str))
+                              "learned_rules": list(results.rules), "pareto_front": pareto, "trials": rows},
+                             indent=2, default=str))
             return
         console.print(runs_table(results, limit))
         print_summary(console, results)
@@ -240,12 +244,15 @@ def export(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (default: stdout).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="sh (launch script), json, or yaml (SGLang --config).")]
     = "sh",
+    pick: Annotated[str | None, typer.Option(help="The fastest configuration meeting these objectives, e.g. "
+                                                  "'ttft_p99<=200ms,per_user_tok_s>=40' (a point of the front).")]
+    = None,
 ) -> None:
     """Export a measured configuration: the exact command that was benchmarked."""
     from tuner.export import export_text, write_output
 
     def go() -> None:
-        text = export_text(db, study, trial, fmt)
+        text = export_text(db, study, trial, fmt, pick)
         if output is None:
             sys.stdout.write(text)
             return

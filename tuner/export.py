@@ -213,12 +213,17 @@ def pick_run(results: SweepResults, trial: int | None) -> RunRow:
     return best
 
 
-def export_text(db_path: str | Path, study: str | None, trial: int | None, fmt: str) -> str:
-    """What `tuner export` writes."""
+def export_text(db_path: str | Path, study: str | None, trial: int | None, fmt: str,
+                pick: str | None = None) -> str:
+    """What `tuner export` writes: trial ``trial``, the fastest meeting ``pick``, or the best."""
+    from tuner.pareto import pick as pick_by_rule
+
     if fmt not in ("sh", "json", "yaml"):
         raise ConfigError(f"--format {fmt!r}: use sh, json or yaml")
+    if pick is not None and trial is not None:
+        raise ConfigError("--pick and --trial: give one of them")
     results = load_results(db_path, study)
-    run = pick_run(results, trial)
+    run = pick_by_rule(results, pick) if pick is not None else pick_run(results, trial)
     if fmt == "json":
         return as_json(run, results.sweep) + "\n"
     if fmt == "yaml":

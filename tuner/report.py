@@ -73,6 +73,23 @@ def failures_figure(results: SweepResults) -> go.Figure | None:
     return fig
 
 
+def pareto_figure(results: SweepResults) -> go.Figure | None:
+    """tok/s@C16 against TTFT p99 of every measured configuration, the Pareto front joined."""
+    from tuner.pareto import front, points
+
+    every = points(results)
+    if len(every) < 2:
+        return None
+    edge = front(results)
+    fig = go.Figure([
+        go.Scatter(x=[p.ttft_p99_ms for p in every], y=[p.tok_s for p in every], mode="markers", name="measured",
+                   text=[f"trial {p.run.trial_number}" for p in every], marker={"color": "#9aa"}),
+        go.Scatter(x=[p.ttft_p99_ms for p in edge], y=[p.tok_s for p in edge], mode="lines+markers", name="front",
+                   text=[f"trial {p.run.trial_number}" for p in edge], marker={"color": "#d62728", "size": 10})])
+    fig.update_layout(xaxis_title="TTFT p99 (ms)", yaxis_title="tok/s@C16", height=420)
+    return fig
+
+
 def best_vs_baseline_figure(results: SweepResults) -> go.Figure | None:
     """Baseline and best tok/s@C16 side by side (and the roofline when known)."""
     best, base = results.best(), results.baseline()
@@ -122,6 +139,8 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
     sections: list[tuple[str, go.Figure | None, str]] = _optuna_figures(study)
     sections += [("tok/s@C16 by quantization format x MoE backend", quant_backend_figure(results),
                   "no quantization-format / MoE-backend parameters in this space"),
+                 ("Trade-off: tok/s@C16 against TTFT p99 (Pareto front)", pareto_figure(results),
+                  "fewer than two measured configurations"),
                  ("Failures by kind", failures_figure(results), "no failures"),
                  ("Best vs baseline", best_vs_baseline_figure(results), "no feasible trial")]
     parts: list[str] = []

@@ -154,4 +154,21 @@ def print_summary(console: Console, results: Any) -> None:
                       markup=False, highlight=False)
     if results.avoided():
         console.print(f"{results.avoided()} proposal(s) matched a learned rule and were not launched (no budget)")
+    _print_front(console, results)
     console.print(f"export it: tuner export --study {sweep.study_name} -o launch.sh", markup=False)
+
+
+def _print_front(console: Console, results: Any) -> None:
+    """The Pareto front of tok/s@C16 against TTFT p99, when it has more than one point."""
+    from tuner.pareto import front
+
+    points = front(results)
+    if len(points) < 2:
+        return
+    console.print("trade-off (no other configuration is both faster and quicker to the first token):",
+                  markup=False)
+    for p in points:
+        console.print(f"  trial {p.run.trial_number}: {p.tok_s:.1f} tok/s@C16, TTFT p99 {p.ttft_p99_ms:.4g} ms, "
+                      f"{p.per_user_tok_s:.1f} tok/s per user", markup=False, highlight=False)
+    console.print(f"  pick one: tuner export --study {results.sweep.study_name} --pick "
+                  f"'ttft_p99<={points[-1].ttft_p99_ms:.4g}ms' -o launch.sh", markup=False, highlight=False)

@@ -1,0 +1,79 @@
+"""The trade-off between tok/s@C16 and TTFT p99: the front `show` lists, and `export --pick` choosing a
+point by a stated rule; on a real offline sweep of the demo space (its scenario models TTFT per setting)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CLI = [sys.executable, "-m", "tuner.cli"]
+SPACE = str(Path(__file__).resolve().parents[2] / "search_spaces" / "demo-sim.yaml")
+
+
+def _tuner(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+    db = str(tmp_path_factory.mktemp("pareto") / "p.db")
+    proc = _tuner("sweep", "--offline", "--space", SPACE, "--budget", "16", "--seed", "3", "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    shown = _tuner("show", "--json", "--db", db)
+    assert shown.returncode == 0, shown.stderr
+    return db, json.loads(shown.stdout)
+
+
+def _measured(data: dict[str, Any]) -> dict[int, tuple[float, float]]:
+    """trial -> (median tok/s, TTFT p99) of each measured configuration (first runs)."""
+    out = {}
+    for t in data["trials"]:
+        if t["status"] == "ok" and t["repeat_of"] is None:
+            samples = sorted(t["tok_s_samples"])
+            out[t["trial_number"]] = (samples[len(samples) // 2] if len(samples) % 2 else
+                                      sum(samples[len(samples) // 2 - 1:len(samples) // 2 + 1]) / 2,
+                                      t["metrics"]["ttft_ms"]["p99"])
+    return out
+
+
+def test_the_front_is_exactly_the_undominated_configurations(swept: tuple[str, dict[str, Any]]) -> None:
+    _, data = swept
+    measured = _measured(data)
+
+    def dominated(n: int) -> bool:
+        tok, ttft = measured[n]
+        return any(o != n and t >= tok and w <= ttft and (t, w) != (tok, ttft) for o, (t, w) in measured.items())
+
+    front = [p["trial_number"] for p in data["pareto_front"]]
+    assert len(front) >= 2, "the demo's TTFT differs by setting: a trade-off is expected"
+    assert set(front) == {n for n in measured if not dominated(n)}
+    assert [measured[n][0] for n in front] == sorted((measured[n][0] for n in front), reverse=True)
+
+
+def test_export_pick_takes_the_fastest_that_meets_the_rule(swept: tuple[str, dict[str, Any]],
+                                                           tmp_path: Path) -> None:
+    db, data = swept
+    measured = _measured(data)
+    limit = data["pareto_front"][-1]["ttft_p99_ms"]  # the quickest point's TTFT: only part of the front meets it
+    proc = _tuner("export", "--db", db, "--pick", f"ttft_p99<={limit}ms", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    meeting = [n for n, (_, ttft) in measured.items() if ttft <= limit]
+    expected = max(meeting, key=lambda n: measured[n][0])
+    assert json.loads(proc.stdout)["trial"] == expected
+    best = _tuner("export", "--db", db, "--format", "json")
+    assert json.loads(best.stdout)["trial"] == data["pareto_front"][0]["trial_number"]
+
+
+def test_a_rule_nothing_meets_says_what_came_closest(swept: tuple[str, dict[str, Any]]) -> None:
+    db, data = swept
+    lowest = min(ttft for _, ttft in _measured(data).values())
+    proc = _tuner("export", "--db", db, "--pick", "ttft_p99<0.001ms")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and f"lowest ttft_p99 {lowest:.4g}" in proc.stderr, proc.stderr
+    both = _tuner("export", "--db", db, "--pick", "ttft_p99<1s", "--trial", "1")
+    assert both.returncode == 2 and "give one of them" in both.stderr
