@@ -90,6 +90,19 @@ def pareto_figure(results: SweepResults) -> go.Figure | None:
     return fig
 
 
+def startup_cost_figure(results: SweepResults) -> go.Figure | None:
+    """Seconds of server startup each setting adds (or saves) over its parameter's most launched value."""
+    from tuner.startup_cost import startup_costs
+
+    costs = sorted(startup_costs(results.runs), key=lambda c: c.seconds)
+    if not costs:
+        return None
+    fig = go.Figure(go.Bar(x=[c.seconds for c in costs], y=[f"{c.name}={c.value} (vs {c.reference})" for c in costs],
+                           orientation="h", text=[f"{c.launches} launch(es)" for c in costs]))
+    fig.update_layout(xaxis_title="startup seconds", height=max(300, 22 * len(costs) + 120))
+    return fig
+
+
 def best_vs_baseline_figure(results: SweepResults) -> go.Figure | None:
     """Baseline and best tok/s@C16 side by side (and the roofline when known)."""
     best, base = results.best(), results.baseline()
@@ -142,6 +155,8 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
                  ("Trade-off: tok/s@C16 against TTFT p99 (Pareto front)", pareto_figure(results),
                   "fewer than two measured configurations"),
                  ("Failures by kind", failures_figure(results), "no failures"),
+                 ("What each setting costs to start (fitted over the launches)", startup_cost_figure(results),
+                  "fewer than three startups measured"),
                  ("Best vs baseline", best_vs_baseline_figure(results), "no feasible trial")]
     parts: list[str] = []
     plotly_included = False

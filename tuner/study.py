@@ -284,7 +284,7 @@ class Sweep:
         if repeat_of is not None and quota.confirmations is not None:
             quota.confirmations -= 1
         flight.answered_in_a_row = 0
-        return Pending(trial, config, flight.idle.pop(0), baseline, trial.user_attrs.get("retry_of"), repeat_of,
+        return Pending(trial, config, flight.take_slot(config), baseline, trial.user_attrs.get("retry_of"), repeat_of,
                        bool(trial.user_attrs.get("remeasure")))
 
     def _answered(self, ctx: Context, flight: Flight, trial: optuna.Trial, config: Config) -> bool:

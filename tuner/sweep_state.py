@@ -72,9 +72,21 @@ class Flight:
     need_baseline: bool = False
     budget_spent: bool = False  # a claim found the budget committed by every driver's launches
 
+    warm: dict[int, Any] = field(default_factory=dict)  # slot index -> the checkpoint it loaded last
+
     def in_flight(self, key: str) -> bool:
         """Is a configuration with this key running now?"""
         return any(p.config.key() == key for p in self.pending.values())
+
+    def take_slot(self, config: Config) -> Slot:
+        """An idle slot for ``config``: one that loaded the same checkpoint last (its files are in that
+        node's page cache, so the server loads faster), else the first idle one."""
+        checkpoint = config.flags.get("model_path")
+        slot = next((s for s in self.idle if checkpoint is not None and self.warm.get(s.index) == checkpoint),
+                    self.idle[0])
+        self.idle.remove(slot)
+        self.warm[slot.index] = checkpoint
+        return slot
 
 
 def interrupted_result(p: Pending, node: NodeInfo, why: str) -> TrialResult:

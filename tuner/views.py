@@ -155,7 +155,26 @@ def print_summary(console: Console, results: Any) -> None:
     if results.avoided():
         console.print(f"{results.avoided()} proposal(s) matched a learned rule and were not launched (no budget)")
     _print_front(console, results)
+    _print_startup_costs(console, results)
     console.print(f"export it: tuner export --study {sweep.study_name} -o launch.sh", markup=False)
+
+
+def _print_startup_costs(console: Console, results: Any, shown: int = 4) -> None:
+    """The settings that change startup most (fitted over the sweep's launches)."""
+    import statistics
+
+    from tuner.startup_cost import startup_costs
+
+    costs = startup_costs(results.runs)
+    startups = [r.startup_s for r in results.runs if r.startup_s is not None]
+    if not costs or not startups:
+        return
+    floor = 0.05 * statistics.median(startups)
+    big = [c for c in costs if abs(c.seconds) >= floor][:shown]
+    if big:
+        console.print("startup cost of a setting (vs its most launched value): " + ", ".join(
+            f"{c.name}={c.value} {c.seconds:+.3g} s vs {c.reference}" for c in big), markup=False, highlight=False,
+            soft_wrap=True)
 
 
 def _print_front(console: Console, results: Any) -> None:
