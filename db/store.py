@@ -318,6 +318,14 @@ class Store:
             return r.server_log if r else ""
 
 
+    def server_logs(self, sweep_id: int) -> dict[int, str]:
+        """Every launched run's server log, by trial number (one query)."""
+        with self._session() as s:
+            q = select(TrialRun.trial_number, TrialRun.server_log).where(TrialRun.sweep_id == sweep_id,
+                                                                        TrialRun.server_log != "")
+            return {n: log for n, log in s.execute(q)}
+
+
 def _ts(value: float) -> datetime | None:
     return datetime.fromtimestamp(value, UTC).replace(tzinfo=None) if value else None
 

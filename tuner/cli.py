@@ -222,7 +222,8 @@ def show(
         results = load_results(db, study)
         if as_json:
             rows = [{**{k: v for k, v in asdict(r).items() if k != "log_tail"},
-                     "tok_s_samples": results.samples(r.config_key) if r.status == RunStatus.OK else []}
+                     "tok_s_samples": results.samples(r.config_key) if r.status == RunStatus.OK else [],
+                     "sglang_notices": [asdict(n) for n in results.notices.get(r.trial_number, ())]}
                     for r in results.ranked()]
             pareto = [{"trial_number": p.run.trial_number, "tok_s": p.tok_s, "ttft_p99_ms": p.ttft_p99_ms,
                        "per_user_tok_s": p.per_user_tok_s} for p in front(results)]

@@ -22,6 +22,7 @@ from core.types import Config, FailureKind, RunStatus, TrialResult
 from db.location import Database, database
 from db.store import RunRow, Store, SweepRow
 from tuner.export import launch_script
+from workers.notices import notices_in
 
 INFEASIBLE_VALUE = 0.0
 SCALAR_METRICS = (("ttft_p50_ms", "ttft_ms"), ("tpot_p50_ms", "tpot_ms"), ("itl_p50_ms", "itl_ms"))
@@ -118,6 +119,9 @@ class Recorder:
             attrs["cached_from_trial"] = run.cached_from
         if run.repeat_of is not None:
             attrs["repeat_of_trial"] = run.repeat_of
+        said = notices_in(log)
+        if said:  # the dashboard shows SGLang's warnings and adjustments with their fix
+            attrs["sglang_notices"] = [n.describe() for n in said]
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         with tempfile.TemporaryDirectory() as tmp:

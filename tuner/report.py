@@ -177,7 +177,25 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px;vertical-align:top}"
             ".note{color:#777}</style></head><body>")
     return (head + f"<h1>sglang-tuner: {html.escape(sweep.study_name)}</h1><p>{html.escape(summary)}</p>"
-            + "".join(parts) + _section("Top five", _top_table(results)) + _rules_section(results) + "</body></html>")
+            + "".join(parts) + _section("Top five", _top_table(results)) + _notices_section(results)
+            + _rules_section(results) + "</body></html>")
+
+
+def _notices_section(results: SweepResults) -> str:
+    """SGLang's warnings and auto-adjustments, by kind: the fix, the trials, one line as printed."""
+    kinds: dict[str, tuple[str, str, list[int]]] = {}
+    for number, said in sorted(results.notices.items()):
+        for n in said:
+            kinds.setdefault(n.kind, (n.fix, n.line, []))[2].append(number)
+    title = "What SGLang said (warnings and auto-adjustments)"
+    if not kinds:
+        return _section(title, _note("nothing from the catalogue of warnings in the server logs"))
+    best = results.best()
+    rows = "".join(f"<tr><td>{html.escape(kind)}{' (the best)' if best and best.trial_number in trials else ''}"
+                   f"</td><td>{html.escape(fix)}</td><td>{', '.join(map(str, trials))}</td>"
+                   f"<td><pre>{html.escape(line)}</pre></td></tr>" for kind, (fix, line, trials) in kinds.items())
+    return _section(title, "<table><tr><th>notice</th><th>what to do</th><th>trials</th><th>as printed</th></tr>"
+                    + rows + "</table>")
 
 
 def _rules_section(results: SweepResults) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import StudyError
 from core.types import RunStatus
 from db.store import RunRow, Store, SweepRow
+from workers.notices import Notice, notices_in
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,7 @@ class SweepResults:
     sweep: SweepRow
     runs: list[RunRow]
     rules: tuple[str, ...] = ()  # the failure rules the sweep learned (tuner.failure_rules), as text
+    notices: dict[int, tuple[Notice, ...]] = field(default_factory=dict)  # by trial: what SGLang said
 
     def avoided(self) -> int:
         """Proposals answered by a learned failure rule instead of a launch."""
@@ -76,6 +78,7 @@ def load_results(db_path: str | Path, study: str | None) -> SweepResults:
                 names = ", ".join(s.study_name for s in store.sweeps()) or "none"
                 raise StudyError(f"{db_path}: no study named {study!r} (studies: {names})")
             sweep = found
-        return SweepResults(sweep, store.runs(sweep.id), tuple(text for text, _ in store.rules(sweep.id)))
+        notices = {n: said for n, log in store.server_logs(sweep.id).items() if (said := notices_in(log))}
+        return SweepResults(sweep, store.runs(sweep.id), tuple(text for text, _ in store.rules(sweep.id)), notices)
     finally:
         store.close()

@@ -154,9 +154,27 @@ def print_summary(console: Console, results: Any) -> None:
                       markup=False, highlight=False)
     if results.avoided():
         console.print(f"{results.avoided()} proposal(s) matched a learned rule and were not launched (no budget)")
+    _print_notices(console, results)
     _print_front(console, results)
     _print_startup_costs(console, results)
     console.print(f"export it: tuner export --study {sweep.study_name} -o launch.sh", markup=False)
+
+
+def _print_notices(console: Console, results: Any) -> None:
+    """What SGLang said about the best configuration (with the fix), and how often elsewhere."""
+    best = results.best()
+    if best is not None:
+        for notice in results.notices.get(best.trial_number, ()):
+            console.print(f"SGLang about the best: {notice.describe()}", markup=False, highlight=False,
+                          soft_wrap=True)
+    trials: dict[str, list[int]] = {}
+    for number, said in sorted(results.notices.items()):
+        for notice in said:
+            trials.setdefault(notice.kind, []).append(number)
+    if trials:
+        console.print("SGLang warnings and adjustments: " + ", ".join(
+            f"{kind} ({len(ns)} trial{'s' if len(ns) > 1 else ''})" for kind, ns in trials.items())
+            + " (show --json, report)", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_startup_costs(console: Console, results: Any, shown: int = 4) -> None:

@@ -67,6 +67,8 @@ async def serve(state: ServerState, scenario: Scenario, host: str, port: int) ->
         while not server.started:
             await asyncio.sleep(0.01)
         log(f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
+        for line in state.outcome.notices:
+            log(line)
         await asyncio.sleep(0.10 * startup)
         if failure and failure.at == "hang" and failure.after_requests == 0:
             sched.stalled = True

@@ -74,7 +74,7 @@ class OfflineModel:
         rule = outcome.failure
         if rule is None:
             tok_s = outcome.expected_tok_s(bench.concurrency, bench.output_len, self.scenario.saturation_c) * scale
-            return OfflineTrial(outcome, tok_s, startup, startup + window)
+            return OfflineTrial(outcome, tok_s, startup, startup + window, log="\n".join(outcome.notices))
         if (rule.at == "hang" and rule.after_requests == 0) or startup > startup_timeout_s:
             return OfflineTrial(outcome, None, None, startup_timeout_s, FailureKind.STARTUP_TIMEOUT,
                                 f"server not ready after {startup_timeout_s:g} s (last log line: "
@@ -90,7 +90,7 @@ class OfflineModel:
     def _died(self, outcome: Outcome, rule: FailureRule, startup: float, window: float) -> OfflineTrial:
         """The server exits: at startup, in warm-up, or during the benchmark."""
         code = rule.exit_code if rule.exit_code is not None else (1 if rule.at == "startup" else 137)
-        log = "\n".join(dying_log(rule, code))
+        log = "\n".join([*outcome.notices, *dying_log(rule, code)])
         kind, line = classify(code, log), reason_line(log)
         if rule.at == "runtime":
             return OfflineTrial(outcome, None, startup, startup + window / 2, kind,

@@ -61,6 +61,7 @@ class Effect(_Strict):
     ttft_ms: Adjust | None = None
     startup_s: Adjust | None = None
     accept_len: Adjust | None = None
+    log: str = ""  # a line the server prints while starting (a warning or an auto-adjustment SGLang makes)
     note: str = ""
 
 
@@ -139,6 +140,7 @@ class Outcome:
     accept_len: float
     failure: FailureRule | None
     noise_factor: float
+    notices: tuple[str, ...] = ()  # the ``log`` lines of the effects that hold
 
     def decode_tok_s(self, concurrency: float, saturation_c: float) -> float:
         """Aggregate decode tok/s with ``concurrency`` requests in the server (base value at 16)."""
@@ -230,8 +232,10 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
     with ``launch_seed``, one launch of it (run-to-run noise included)."""
     tok_s, ttft, startup, accept = (scenario.base.tok_s_c16, scenario.base.ttft_ms,
                                     scenario.base.startup_s, scenario.base.accept_len)
+    notices: list[str] = []
     for effect in scenario.effects:
         if rule_matches(effect.match, options, env):
+            notices += [effect.log] if effect.log else []
             tok_s = _adjust(tok_s, effect.tok_s)
             ttft = _adjust(ttft, effect.ttft_ms)
             startup = _adjust(startup, effect.startup_s)
@@ -247,4 +251,4 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
         noise = random.Random(seed).lognormvariate(-sigma * sigma / 2, sigma)
     noise *= scenario.noise.launch_factor(launch_seed)
     return Outcome(tok_s_c16=max(tok_s, 1e-6), ttft_ms=max(ttft, 0.0), startup_s=max(startup, 0.0),
-                   accept_len=max(accept, 1.0), failure=failure, noise_factor=noise)
+                   accept_len=max(accept, 1.0), failure=failure, noise_factor=noise, notices=tuple(notices))

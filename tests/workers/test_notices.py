@@ -1,0 +1,54 @@
+"""SGLang's warnings and auto-adjustments found in server logs, each with its fix: lines as SGLang prints
+them, no false alarm on real logs from an H200, and the simulated server printing a scenario's lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import start_sim
+from workers.notices import CATALOGUE, notices_in
+
+REAL_LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "real-logs"
+PRINTED = {  # one line per kind, as SGLang prints it (from SGLang's source and published logs)
+    "untuned MoE kernel": "[2026-02-04 11:30:00] Using default MoE kernel config. Performance might be "
+                          "sub-optimal! Config file not found at .../E=60,N=1408,device_name=NVIDIA_H100.json",
+    "CUDA graphs off": "[2026-11-30 10:00:00] Cuda graph is disabled because deepep_mode=`normal`",
+    "max_running_requests capped": "WARNING: max_running_requests is set to 48 for speculative decoding",
+    "EP size overridden": "The expert parallel size is adjusted from 1 to the tensor parallel size [8]",
+    "draft tokens overridden": "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1",
+    "chunked prefill resized": "DP attention is enabled. chunked prefill size is adjusted from 8192 to 1024",
+    "fallback kernel": "NVFP4 MoE on sm_90: falling back to the Marlin kernel",
+    "deprecated option": "--enable-dp-attention is deprecated; use --attn-dp-size",
+}
+
+
+def test_every_kind_is_found_in_the_line_sglang_prints() -> None:
+    assert set(PRINTED) == {kind for kind, _, _ in CATALOGUE}
+    for kind, line in PRINTED.items():
+        (found,) = notices_in(f"loading ...\n{line}\nThe server is fired up and ready to roll!\n")
+        assert (found.kind, found.line) == (kind, line) and found.fix
+    everything = notices_in("\n".join([*PRINTED.values(), *PRINTED.values()]))
+    assert [n.kind for n in everything] == [kind for kind, _, _ in CATALOGUE]  # once per kind
+
+
+@pytest.mark.parametrize("log", sorted(p.name for p in REAL_LOGS.glob("*.log")))
+def test_no_false_alarm_on_real_sglang_logs(log: str) -> None:
+    # e.g. "a full pool falls back to CPU transport" is not a fallback kernel
+    assert notices_in((REAL_LOGS / log).read_text()) == ()
+
+
+def test_the_simulated_server_prints_a_scenarios_warnings(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\ntime_scale: 100\nbase: {tok_s_c16: 20.0, ttft_ms: 100, startup_s: 10}\n"
+                        "effects:\n  - match: {moe_runner_backend: triton}\n"
+                        f"    log: \"{PRINTED['untuned MoE kernel']}\"\n")
+    server = start_sim(scenario, {"model_path": "/m", "moe_runner_backend": "triton"}, tmp_path)
+    try:
+        assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+        log = server.log_path.read_text()
+    finally:
+        server.stop()
+    assert [n.kind for n in notices_in(log)] == ["untuned MoE kernel"]
