@@ -7,6 +7,8 @@
 #                                                .gpu-kit/ray312.tar.xz and .gpu-kit/tiny): two 1-GPU
 #                                                groups at once, then --tp-size 2 trials
 #   bash benchmarks/real_gpu/run.sh first OUT   after `unpack`: seconds to the first trial, twice
+#   bash benchmarks/real_gpu/run.sh profile OUT what /start_profile writes, and warnings for a few
+#                                                settings (carry .gpu-kit/site312.tar.xz, .gpu-kit/tiny)
 #   bash benchmarks/real_gpu/run.sh sweep OUT   a real `tuner sweep` with --confirm (carry
 #                                                .gpu-kit/ray312.tar.xz; run right after `paths`,
 #                                                while the node still has /tmp/site312)
@@ -31,6 +33,7 @@ dump = json.loads(out); open('$OUT/sglang-' + dump['sglang_version'] + '.json', 
 print('flag table of SGLang', dump['sglang_version'], len(dump['options']), 'options')"
     python3 benchmarks/real_gpu/paths.py "$OUT" 2>&1 | tee "$OUT/paths.txt" | grep -v "^\[" ;;
   unpack) ls /tmp/site312 | head -3 ;;
+  profile) python3 benchmarks/real_gpu/profile_probe.py "$OUT" 2>&1 | tee "$OUT/profile.txt" ;;
   first)  # seconds from `tuner sweep` to its first trial, twice (the second reuses the cached flag table)
     for run in 1 2; do
       t0=$(date +%s.%N)
