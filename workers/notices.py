@@ -30,9 +30,12 @@ CATALOGUE: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("untuned MoE kernel", re.compile(r"Using default MoE kernel config", re.I),
      "the fused-MoE Triton kernel runs a default config for this GPU and shape; tune it with SGLang's "
      "benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py and put the JSON where the line says"),
-    ("CUDA graphs off", re.compile(r"cuda graph (?:is )?disabled|disable cuda graph", re.I),
-     "decode runs without CUDA graphs (much slower at small batches); the line names the setting that "
-     "turned them off"),
+    ("CUDA graphs off", re.compile(r"cuda graph (?:is )?disabled|disable (?:prefill |decode )?cuda graph", re.I),
+     "CUDA graphs are off for a phase (decode without them is much slower at small batches); the line names "
+     "the setting that turned them off"),
+    ("decode without CUDA graph", re.compile(r"Decode batch\b.*\bcuda graph: False"),
+     "some decode batches ran eagerly (batch larger than cuda_graph_max_bs, or graphs off); set "
+     "cuda_graph_max_bs to at least the benchmark's concurrency"),
     ("max_running_requests capped", re.compile(r"max_running_requests\b.*\b(?:set|adjust|cap|lower)", re.I),
      "speculative decoding capped the running requests; pass --max-running-requests explicitly (at least "
      "the benchmark's concurrency)"),
@@ -50,11 +53,12 @@ CATALOGUE: tuple[tuple[str, re.Pattern[str], str], ...] = (
      "an option SGLang will remove; the line names its replacement"),
 )
 MAX_LINE = 300
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # SGLang colours its deprecation warnings
 
 
 def notices_in(log: str) -> tuple[Notice, ...]:
     """The catalogue's notices found in ``log``, in catalogue order, each with its first line."""
-    lines = log.splitlines()
+    lines = ANSI.sub("", log).splitlines()
     found = []
     for kind, pattern, fix in CATALOGUE:
         line = next((ln for ln in lines if pattern.search(ln)), None)
