@@ -1,6 +1,8 @@
 """What each setting costs to try: the measured server startup (load, compile, CUDA-graph capture) per
 setting, from the sweep's own launches.
 
+The baseline is left out: its settings are the base ones, not values of the parameters, and as the
+sweep's first launch it often pays for cold caches (on an H200: 94 s against 39-41 s for the others).
 Startups differ by many settings at once, so a plain average per value would charge one setting for
 another's cost (DeepEP's launches are also the EP-8 ones). Instead the startup seconds of every launch
 that reached readiness are fitted as an additive model, ``startup = base + sum of per-setting costs``,
@@ -33,7 +35,8 @@ class SettingCost:
 
 def startup_costs(runs: list[RunRow]) -> list[SettingCost]:
     """Per-setting startup costs, largest magnitude first (empty with fewer than three startups)."""
-    started = [r for r in runs if r.startup_s is not None and r.status.launched and r.cached_from is None]
+    started = [r for r in runs if r.startup_s is not None and r.status.launched and r.cached_from is None
+               and r.params]  # the baseline's settings are not parameters (and it is often the cold first start)
     if len(started) < 3:
         return []
     counts: dict[tuple[str, str], int] = {}

@@ -37,8 +37,9 @@ def test_each_setting_is_charged_its_own_startup_seconds() -> None:
     assert max(costs.values(), key=lambda c: abs(c.seconds)).name == "runner"
 
 
-def test_failed_to_start_and_answered_runs_do_not_count() -> None:
-    runs = [_launch(1, {"a": 1}, 10.0), _launch(2, {"a": 2}, None, "infeasible"), _launch(3, {"a": 2}, 30.0)]
+def test_failed_to_start_answered_and_baseline_runs_do_not_count() -> None:
+    runs = [_launch(0, {}, 94.0),  # the baseline: base settings, and the cold first start (as on an H200)
+            _launch(1, {"a": 1}, 10.0), _launch(2, {"a": 2}, None, "infeasible"), _launch(3, {"a": 2}, 30.0)]
     assert startup_costs(runs) == []  # two startups measured: too few to fit
     runs.append(_launch(4, {"a": 1}, 12.0))
     (cost,) = startup_costs(runs)
