@@ -12,6 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from db.store import RunRow, Store
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TUNER = [sys.executable, "-m", "tuner.cli"]
 
@@ -37,6 +39,17 @@ def run_tuner(workdir: Path, *args: str, timeout: float = 300) -> subprocess.Com
     """Run `tuner <args>` in ``workdir`` and wait."""
     return subprocess.run([*TUNER, *args], cwd=workdir, env=tuner_env(workdir), capture_output=True, text=True,
                           timeout=timeout)
+
+
+def stored_runs(db: Path, study: str) -> list[RunRow]:
+    """The runs a sweep recorded in the database ``db`` (read-only)."""
+    store = Store(db, read_only=True)
+    try:
+        sweep = store.sweep(study)
+        assert sweep is not None, f"no sweep {study!r} in {db}"
+        return store.runs(sweep.id)
+    finally:
+        store.close()
 
 
 def our_servers(workdir: Path) -> list[psutil.Process]:

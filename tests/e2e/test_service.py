@@ -13,8 +13,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from db.store import RunRow, Store
-from tests.e2e.conftest import our_servers, run_tuner
+from db.store import RunRow
+from tests.e2e.conftest import our_servers, run_tuner, stored_runs
 from tuner.service import JobState, list_jobs
 
 pytestmark = pytest.mark.e2e
@@ -82,13 +82,7 @@ def _state(address: str, job_id: str) -> JobState:
 
 
 def _runs(db: Path, study: str) -> list[RunRow]:
-    store = Store(db, read_only=True)
-    try:
-        sweep = store.sweep(study)
-        assert sweep is not None
-        return store.runs(sweep.id)
-    finally:
-        store.close()
+    return stored_runs(db, study)
 
 
 def test_submit_returns_at_once_and_the_sweep_finishes_without_it(workdir: Path, dashboard: str) -> None:

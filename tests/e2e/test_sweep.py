@@ -16,21 +16,15 @@ from pathlib import Path
 import optuna
 import pytest
 
-from db.store import Store
+from db.store import RunRow
 from tests.conftest import wait_for
-from tests.e2e.conftest import TUNER, our_servers, run_tuner, tuner_env
+from tests.e2e.conftest import TUNER, our_servers, run_tuner, stored_runs, tuner_env
 
 pytestmark = pytest.mark.e2e
 
 
-def _runs(workdir: Path, study: str = "e2e") -> list:  # type: ignore[type-arg]
-    store = Store(workdir / "tuner.db")
-    try:
-        sweep = store.sweep(study)
-        assert sweep is not None
-        return store.runs(sweep.id)
-    finally:
-        store.close()
+def _runs(workdir: Path, study: str = "e2e") -> list[RunRow]:
+    return stored_runs(workdir / "tuner.db", study)
 
 
 def test_sweep_two_groups_records_everything(workdir: Path) -> None:
