@@ -149,7 +149,8 @@ def test_interrupt_stops_servers_records_trials_in_flight_and_exits_130(workdir:
 def test_a_node_without_sglang_stops_the_sweep_instead_of_burning_it(workdir: Path) -> None:
     space = workdir / "real.yaml"
     space.write_text("name: real\nengine: sglang\nsglang_version: '0.5.23'\nsglang_python: "
-                     f"{sys.executable}\ngpus_per_trial: 2\nstartup_timeout_s: 30\nbase: {{model_path: /m}}\n"
+                     f"{sys.executable}\ngpus_per_trial: 2\nstartup_timeout_s: 30\n"
+                     "base: {model_path: /m, tp_size: 2}\n"  # EP 2 needs TP 2 (SGLang refuses it otherwise)
                      "params:\n  ep_size: {choices: [1, 2]}\n  cuda_graph_max_bs: {choices: [8, 16, 32]}\n")
     proc = run_tuner(workdir, "sweep", "--space", "real.yaml", "--budget", "5", "--gpus", "2")
     assert proc.returncode == 1, proc.stdout + proc.stderr
