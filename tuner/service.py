@@ -107,8 +107,8 @@ def submit(address: str, space: Path, db: str, study: str, budget: int, sweep_ar
     loaded = load_space(space)
     where = database(db)
     db_where = str(where.path) if where.path is not None else db
-    staged = _stage(space, loaded.file.scenario)
     job_id = f"tuner-{_slug(study)}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    staged = _stage(space, loaded.file.scenario, job_id)
     space_arg = f"{JOB_DIR}/{space.name}"
     words = ["tuner", "sweep", "--space", space_arg, "--db", db_where, "--study", study, "--budget", str(budget),
              "--address", "auto", *sweep_args]
@@ -133,8 +133,12 @@ def submit(address: str, space: Path, db: str, study: str, budget: int, sweep_ar
     return SubmittedSweep(job_id, study, entrypoint)
 
 
-def _stage(space: Path, scenario: str | None) -> Path:
-    """A folder with the project's packages and ``job/`` holding the space and its scenario."""
+def _stage(space: Path, scenario: str | None, job_id: str) -> Path:
+    """A folder with the project's packages and ``job/`` holding the space, its scenario and the job id.
+
+    The id makes every submission's package unique: Ray names the uploaded package by a hash of its
+    files and deletes it when the job that uploaded it ends, so a resubmission of the same sweep that
+    reused the first one's package could find it gone (``Failed to download runtime_env file package``)."""
     import tuner
 
     root = Path(tuner.__file__).resolve().parent.parent
@@ -143,6 +147,7 @@ def _stage(space: Path, scenario: str | None) -> Path:
     for package in PACKAGES:
         shutil.copytree(root / package, out / package, ignore=ignore)
     (out / JOB_DIR).mkdir()
+    (out / JOB_DIR / "submission.txt").write_text(f"{job_id}\n")
     shutil.copy2(space, out / JOB_DIR / space.name)
     if scenario:
         relative = Path(scenario)
