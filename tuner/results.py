@@ -21,6 +21,11 @@ class SweepResults:
     rules: tuple[str, ...] = ()  # the failure rules the sweep learned (tuner.failure_rules), as text
     notices: dict[int, tuple[Notice, ...]] = field(default_factory=dict)  # by trial: what SGLang said
 
+    def launches(self) -> int:
+        """Launches the budget counts: distinct configurations measured or failed, and re-measured
+        surprises (confirmations are not counted)."""
+        return sum(r.status.launched and (r.repeat_of is None or bool(r.remeasure)) for r in self.runs)
+
     def avoided(self) -> int:
         """Proposals answered by a learned failure rule instead of a launch."""
         return sum(r.status == RunStatus.AVOIDED for r in self.runs)

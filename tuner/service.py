@@ -219,8 +219,7 @@ def _progress(db: str, study: str) -> tuple[int | None, float | None]:
     except (TunerError, OSError):
         return None, None
     best = results.best()
-    launched = sum(r.status.launched and r.repeat_of is None for r in results.runs)
-    return launched, results.score(best) if best else None
+    return results.launches(), results.score(best) if best else None
 
 
 def find_job(address: str, job_id: str) -> Any:
