@@ -38,10 +38,7 @@ class Slo:
 
     def value(self, bench: BenchResult) -> float:
         """The measured value this objective is about."""
-        if self.metric in RATES:
-            return float(getattr(bench, self.metric))
-        name, pct = self.metric.rsplit("_", 1)
-        return float(getattr(bench, f"{name}_ms").get(pct, float("nan")))
+        return self.value_in(bench.as_dict())
 
     def value_in(self, metrics: Mapping[str, Any]) -> float:
         """The same value read from a stored measurement (``BenchResult.as_dict``); NaN when absent."""

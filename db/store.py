@@ -317,7 +317,6 @@ class Store:
                                                 TrialRun.trial_number == trial_number))
             return r.server_log if r else ""
 
-
     def server_logs(self, sweep_id: int) -> dict[int, str]:
         """Every launched run's server log, by trial number (one query)."""
         with self._session() as s:

@@ -66,8 +66,10 @@ def steady_sim(tok_s_c16: float, ttft_ms: float, time_scale: float) -> Iterator[
             server.stop()
 
 
-def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    """Poll ``predicate`` until it returns a truthy value (returned) or fail the test at the deadline."""
+def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition",  # type: ignore[no-untyped-def]
+             interval_s: float = 0.02):
+    """Poll ``predicate`` every ``interval_s`` until it returns a truthy value (returned) or fail the test
+    at the deadline."""
     import time
 
     deadline = time.monotonic() + timeout_s
@@ -75,7 +77,7 @@ def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):  # ty
         value = predicate()
         if value:
             return value
-        time.sleep(0.02)
+        time.sleep(interval_s)
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
 
 

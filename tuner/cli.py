@@ -198,7 +198,7 @@ def sweep(
         except (SweepInterrupted, KeyboardInterrupt):
             err_console.print("interrupted: servers stopped; run the same command again to finish the budget")
             raise typer.Exit(130) from None
-        print_summary(console, load_results(db, done.study_name))
+        print_summary(console, load_results(db, done.study_name, with_notices=True))
 
     _run(go)
 
@@ -219,7 +219,7 @@ def show(
     from tuner.views import print_summary, runs_table
 
     def go() -> None:
-        results = load_results(db, study)
+        results = load_results(db, study, with_notices=True)
         if as_json:
             rows = [{**{k: v for k, v in asdict(r).items() if k != "log_tail"},
                      "tok_s_samples": results.samples(r.config_key) if r.status == RunStatus.OK else [],

@@ -171,10 +171,11 @@ class Cluster:
         remote: Any = ray.remote(GPUGroup).options(num_gpus=self.gpus_per_trial, num_cpus=0, max_concurrency=4,
                                                    max_restarts=0, scheduling_strategy="SPREAD")
         actors: list[Any] = [remote.remote(self.engine) for _ in range(count)]
+        refs = [a.info.remote() for a in actors]
         if self.address:  # a shared cluster: other sweeps may hold the GPUs
-            actors = self._wait_for_gpus(actors)
+            actors, refs = self._wait_for_gpus(actors, refs)
         try:
-            infos = ray.get([a.info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
+            infos = ray.get(refs, timeout=ACTOR_READY_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError as exc:
             raise ClusterError(f"GPU-group actors not ready after {ACTOR_READY_TIMEOUT_S:g} s") from exc
         except ray.exceptions.RayActorError as exc:
@@ -186,12 +187,12 @@ class Cluster:
                        for i, (a, (node, ids, pid), ray_node) in enumerate(zip(actors, infos, nodes, strict=True))]
         return self.groups
 
-    def _wait_for_gpus(self, actors: list[Any]) -> list[Any]:
-        """The actors that got their GPUs: wait (without limit) for the first, then briefly for the rest;
-        the ones still waiting are ended, so this sweep holds no place in Ray's queue it does not use."""
+    def _wait_for_gpus(self, actors: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
+        """The actors that got their GPUs, with their ``info`` calls (``refs``): wait (without limit) for
+        the first, then briefly for the rest; the ones still waiting are ended, so this sweep holds no
+        place in Ray's queue it does not use."""
         import ray
 
-        refs = [a.info.remote() for a in actors]
         ready, _ = ray.wait(refs, num_returns=1, timeout=WAITING_NOTICE_S)
         if not ready:
             _notify(f"waiting for GPUs: the cluster's GPUs are in use by other work; this sweep starts when "
@@ -203,7 +204,8 @@ class Cluster:
                 ray.kill(actor)
         if len(ready) < len(refs):
             _notify(f"{len(ready)} of {len(refs)} GPU group(s): the other GPUs are in use by other work")
-        return [a for a, r in zip(actors, refs, strict=True) if r in ready]
+        kept = [(a, r) for a, r in zip(actors, refs, strict=True) if r in ready]
+        return [a for a, _ in kept], [r for _, r in kept]
 
     def replace(self, group: Group) -> Group:
         """A new actor in place of a dead one (same index)."""

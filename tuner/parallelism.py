@@ -46,16 +46,10 @@ def _size(flags: dict[str, Any], dest: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
-def _settings(param: Param, value: Any) -> dict[str, Any]:
-    if param.target is None:
-        return dict(param.options[value].flags)
-    return {param.target[1]: value} if param.target[0] == "flag" else {}
-
-
 def _parallel(param: Param) -> bool:
     if param.conditions or param.values() is None:
         return False
-    return any(PARALLEL_DESTS & set(_settings(param, v)) for v in param.values() or [])
+    return any(PARALLEL_DESTS & set(param.flags_for(v)) for v in param.values() or [])
 
 
 def with_parallel_rules(space: SearchSpace) -> SearchSpace:
@@ -73,7 +67,7 @@ def with_parallel_rules(space: SearchSpace) -> SearchSpace:
     for values in itertools.product(*(p.values() or [] for p in params)):
         flags = dict(base)
         for p, v in zip(params, values, strict=True):
-            flags.update(_settings(p, v))
+            flags.update(p.flags_for(v))
         why = refusal(flags, gpus)
         if why is not None:
             rules.append({p.name: (v,) for p, v in zip(params, values, strict=True)})

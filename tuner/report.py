@@ -183,17 +183,14 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
 
 def _notices_section(results: SweepResults) -> str:
     """SGLang's warnings and auto-adjustments, by kind: the fix, the trials, one line as printed."""
-    kinds: dict[str, tuple[str, str, list[int]]] = {}
-    for number, said in sorted(results.notices.items()):
-        for n in said:
-            kinds.setdefault(n.kind, (n.fix, n.line, []))[2].append(number)
+    kinds = results.notices_by_kind()
     title = "What SGLang said (warnings and auto-adjustments)"
     if not kinds:
         return _section(title, _note("nothing from the catalogue of warnings in the server logs"))
     best = results.best()
     rows = "".join(f"<tr><td>{html.escape(kind)}{' (the best)' if best and best.trial_number in trials else ''}"
-                   f"</td><td>{html.escape(fix)}</td><td>{', '.join(map(str, trials))}</td>"
-                   f"<td><pre>{html.escape(line)}</pre></td></tr>" for kind, (fix, line, trials) in kinds.items())
+                   f"</td><td>{html.escape(n.fix)}</td><td>{', '.join(map(str, trials))}</td>"
+                   f"<td><pre>{html.escape(n.line)}</pre></td></tr>" for kind, (n, trials) in kinds.items())
     return _section(title, "<table><tr><th>notice</th><th>what to do</th><th>trials</th><th>as printed</th></tr>"
                     + rows + "</table>")
 
@@ -209,7 +206,7 @@ def _rules_section(results: SweepResults) -> str:
 
 def write_report(db_path: str | Path, study_name: str | None, output: str | Path) -> Path:
     """Build the report of a sweep and write it."""
-    results = load_results(db_path, study_name)
+    results = load_results(db_path, study_name, with_notices=True)
     study = open_study(db_path, results.sweep.study_name, None, create=False)
     out = Path(output)
     write_output(out, build_report(results, study))

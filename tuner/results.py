@@ -21,6 +21,14 @@ class SweepResults:
     rules: tuple[str, ...] = ()  # the failure rules the sweep learned (tuner.failure_rules), as text
     notices: dict[int, tuple[Notice, ...]] = field(default_factory=dict)  # by trial: what SGLang said
 
+    def notices_by_kind(self) -> dict[str, tuple[Notice, list[int]]]:
+        """Each kind of notice SGLang gave: its first occurrence and the trials that gave it."""
+        kinds: dict[str, tuple[Notice, list[int]]] = {}
+        for number, said in sorted(self.notices.items()):
+            for notice in said:
+                kinds.setdefault(notice.kind, (notice, []))[1].append(number)
+        return kinds
+
     def launches(self) -> int:
         """Launches the budget counts: distinct configurations measured or failed, and re-measured
         surprises (confirmations are not counted)."""
@@ -68,8 +76,9 @@ class SweepResults:
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def load_results(db_path: str | Path, study: str | None) -> SweepResults:
-    """The sweep ``study`` (or the most recent one) in ``db_path``; StudyError if none."""
+def load_results(db_path: str | Path, study: str | None, *, with_notices: bool = False) -> SweepResults:
+    """The sweep ``study`` (or the most recent one) in ``db_path``; StudyError if none. ``with_notices``
+    also reads every server log for what SGLang said (``show``, the report; not ``export`` or ``jobs``)."""
     store = Store(db_path, read_only=True)
     try:
         if study is None:
@@ -83,7 +92,9 @@ def load_results(db_path: str | Path, study: str | None) -> SweepResults:
                 names = ", ".join(s.study_name for s in store.sweeps()) or "none"
                 raise StudyError(f"{db_path}: no study named {study!r} (studies: {names})")
             sweep = found
-        notices = {n: said for n, log in store.server_logs(sweep.id).items() if (said := notices_in(log))}
+        notices: dict[int, tuple[Notice, ...]] = {}
+        if with_notices:
+            notices = {n: said for n, log in store.server_logs(sweep.id).items() if (said := notices_in(log))}
         return SweepResults(sweep, store.runs(sweep.id), tuple(text for text, _ in store.rules(sweep.id)), notices)
     finally:
         store.close()

@@ -222,20 +222,21 @@ def _progress(db: str, study: str) -> tuple[int | None, float | None]:
     return results.launches(), results.score(best) if best else None
 
 
-def find_job(address: str, job_id: str) -> Any:
-    """Ray's record of the submitted sweep ``job_id``; StudyError when there is none."""
+def _client_of_job(address: str, job_id: str) -> Any:
+    """A client of the cluster at ``address`` that has the submitted sweep ``job_id``; StudyError when
+    there is none."""
     client = _client(address)
     try:
-        return client.get_job_info(job_id)
+        client.get_job_info(job_id)
     except RuntimeError as exc:
         known = ", ".join(j.job_id for j in list_jobs(address)) or "none"
         raise StudyError(f"no job {job_id!r} on {address} (sweeps: {known})") from exc
+    return client
 
 
 def logs(address: str, job_id: str, follow: bool) -> Iterator[str]:
     """The job's output so far; with ``follow``, then what it prints until it ends."""
-    find_job(address, job_id)
-    client = _client(address)
+    client = _client_of_job(address, job_id)
     if not follow:
         yield client.get_job_logs(job_id)
         return
@@ -256,8 +257,7 @@ def logs(address: str, job_id: str, follow: bool) -> Iterator[str]:
 
 def stop(address: str, job_id: str, timeout_s: float = STOP_GRACE_S + 30) -> JobState:
     """Stop the sweep gracefully and wait until its driver has ended; its final state."""
-    find_job(address, job_id)
-    client = _client(address)
+    client = _client_of_job(address, job_id)
     client.stop_job(job_id)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

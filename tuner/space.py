@@ -59,6 +59,12 @@ class Param:
         """True when every parent parameter was sampled with one of the values this one lives under."""
         return all(name in params and params[name] in values for name, values in self.conditions)
 
+    def flags_for(self, value: Any) -> dict[str, Any]:
+        """The SGLang settings (dest names) this parameter sets with ``value`` (none for an env variable)."""
+        if self.target is None:
+            return dict(self.options[value].flags)
+        return {self.target[1]: value} if self.target[0] == "flag" else {}
+
     def values(self) -> list[Any] | None:
         """Every value of a finite parameter, or None for a continuous one."""
         if self.kind == "categorical":

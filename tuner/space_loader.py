@@ -180,13 +180,7 @@ def apply_hardware(space: SearchSpace, arch: str | None, version: str | None = N
     for param in space.params:
         keep = []
         for choice in param.choices:
-            if param.target is None:
-                flags = param.options[choice].flags
-            elif param.target[0] == "flag":
-                flags = {param.target[1]: choice}
-            else:
-                flags = {}
-            rule = violated_rule(flags, arch, version)
+            rule = violated_rule(param.flags_for(choice), arch, version)
             if rule:
                 pruned.append(Pruned(param.name, choice, rule))
             else:

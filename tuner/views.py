@@ -167,13 +167,10 @@ def _print_notices(console: Console, results: Any) -> None:
         for notice in results.notices.get(best.trial_number, ()):
             console.print(f"SGLang about the best: {notice.describe()}", markup=False, highlight=False,
                           soft_wrap=True)
-    trials: dict[str, list[int]] = {}
-    for number, said in sorted(results.notices.items()):
-        for notice in said:
-            trials.setdefault(notice.kind, []).append(number)
-    if trials:
+    kinds = results.notices_by_kind()
+    if kinds:
         console.print("SGLang warnings and adjustments: " + ", ".join(
-            f"{kind} ({len(ns)} trial{'s' if len(ns) > 1 else ''})" for kind, ns in trials.items())
+            f"{kind} ({len(ns)} trial{'s' if len(ns) > 1 else ''})" for kind, (_, ns) in kinds.items())
             + " (show --json, report)", markup=False, highlight=False, soft_wrap=True)
 
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import optuna
 import pytest
 
-from db.store import RunRow
+from tests.conftest import wait_for
 from tests.e2e.conftest import our_servers, run_tuner, stored_runs
 from tuner.service import JobState, list_jobs
 
@@ -62,12 +61,9 @@ def _answers(address: str) -> bool:
         return False
 
 
-def _await(condition: Callable[[], object], what: str, deadline_s: float = DEADLINE_S) -> None:
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+def _await(condition: Callable[[], object], what: str) -> None:
+    """Poll a condition that asks the dashboard over HTTP: gently (five times a second)."""
+    wait_for(condition, DEADLINE_S, what, interval_s=0.2)
 
 
 def _submit(workdir: Path, address: str, study: str, budget: int, db: str = "sweeps.db") -> str:
@@ -81,16 +77,12 @@ def _state(address: str, job_id: str) -> JobState:
     return next(j.state for j in list_jobs(address) if j.job_id == job_id)
 
 
-def _runs(db: Path, study: str) -> list[RunRow]:
-    return stored_runs(db, study)
-
-
 def test_submit_returns_at_once_and_the_sweep_finishes_without_it(workdir: Path, dashboard: str) -> None:
     job = _submit(workdir, dashboard, "alone", budget=6)  # the submitting process has exited here
     assert not _state(dashboard, job).finished  # a 6-launch sweep cannot have run yet
     _await(lambda: _state(dashboard, job).finished, "the sweep to end")
     assert _state(dashboard, job) is JobState.SUCCEEDED
-    runs = _runs(workdir / "sweeps.db", "alone")
+    runs = stored_runs(workdir / "sweeps.db", "alone")
     assert sum(r.status.launched for r in runs) == 6
     row = next(j for j in list_jobs(dashboard) if j.job_id == job)
     assert (row.study, row.launched, row.budget) == ("alone", 6, 6) and row.best_tok_s
@@ -112,7 +104,7 @@ def test_two_sweeps_share_the_gpus_without_oversubscribing(workdir: Path, dashbo
     _await(both_done, "both sweeps to end")
     assert _state(dashboard, first) is JobState.SUCCEEDED and _state(dashboard, second) is JobState.SUCCEEDED
     assert JobState.WAITING in seen, seen  # the second waited while the first held every GPU
-    runs = _runs(workdir / "sweeps.db", "first") + _runs(workdir / "sweeps.db", "second")
+    runs = stored_runs(workdir / "sweeps.db", "first") + stored_runs(workdir / "sweeps.db", "second")
     spans = [(r.started_at, r.finished_at, gpu) for r in runs if r.status.launched and r.started_at
              and r.finished_at for gpu in r.gpu_ids]
     for i, (start, end, gpu) in enumerate(spans):
@@ -127,7 +119,7 @@ def test_stop_then_submit_again_loses_and_duplicates_nothing(workdir: Path, dash
     _await(lambda: db.exists() and _launched(db, "stopped") >= 3, "three launches")
     stop = run_tuner(workdir, "stop", job, "--address", dashboard)
     assert stop.returncode == 0 and "stopped" in stop.stdout, stop.stderr + stop.stdout
-    before = _runs(db, "stopped")
+    before = stored_runs(db, "stopped")
     assert any(r.status == "interrupted" for r in before)  # the trials in flight were recorded
     study = optuna.load_study(study_name="stopped", storage=f"sqlite:///{db}")
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
@@ -135,7 +127,7 @@ def test_stop_then_submit_again_loses_and_duplicates_nothing(workdir: Path, dash
     assert _launched(db, "stopped") < 16
     again = _submit(workdir, dashboard, "stopped", budget=16)
     _await(lambda: _state(dashboard, again).finished, "the resumed sweep to end")
-    after = _runs(db, "stopped")
+    after = stored_runs(db, "stopped")
     said = run_tuner(workdir, "logs", again, "--address", dashboard).stdout[-3000:]
     assert _state(dashboard, again) is JobState.SUCCEEDED, said
     first = [r for r in after if r.status.launched and r.repeat_of is None]
@@ -148,7 +140,7 @@ def test_stop_then_submit_again_loses_and_duplicates_nothing(workdir: Path, dash
 
 def _launched(db: Path, study: str) -> int:
     try:
-        return sum(r.status.launched for r in _runs(db, study))
+        return sum(r.status.launched for r in stored_runs(db, study))
     except AssertionError:  # the sweep row is not there yet
         return 0
 
