@@ -185,6 +185,38 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class KernelShare:
+    """One GPU kernel's part of a profiled run: its name, share of kernel time, microseconds, calls."""
+
+    name: str
+    share: float
+    total_us: float
+    calls: int
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """Where a profiled run's GPU time went: the top kernels by time share, from SGLang's trace file."""
+
+    trace_path: str
+    steps: int
+    total_us: float
+    kernel_count: int  # distinct kernel names in the trace
+    kernels: tuple[KernelShare, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KernelProfile:
+        """The inverse of :meth:`as_dict`."""
+        return cls(trace_path=str(data["trace_path"]), steps=int(data["steps"]), total_us=float(data["total_us"]),
+                   kernel_count=int(data["kernel_count"]),
+                   kernels=tuple(KernelShare(**k) for k in data["kernels"]))
+
+
+@dataclass(frozen=True)
 class TrialSpec:
     """Everything a GPU-group actor needs to run one trial."""
 
@@ -195,6 +227,7 @@ class TrialSpec:
     gate: GateConfig
     startup_timeout_s: float = 900.0
     log_dir: str = "tuner-runs"
+    profile_steps: int = 0  # > 0: after the benchmark, this many decode steps under SGLang's profiler
 
 
 @dataclass(frozen=True)
@@ -225,6 +258,8 @@ class TrialResult:
     failure_reason: str = ""
     log_tail: str = ""
     server_log: str = ""
+    profile: KernelProfile | None = None
+    profile_error: str = ""  # why a requested profile is missing (the measurement still counts)
 
     @property
     def ok(self) -> bool:

@@ -68,6 +68,7 @@ class TrialRun(Base):
     cached_from: Mapped[int | None] = mapped_column(Integer)
     repeat_of: Mapped[int | None] = mapped_column(Integer)
     remeasure: Mapped[bool | None] = mapped_column(Boolean)  # a repeat of a surprise: counts in the budget
+    profile: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # KernelProfile.as_dict(), or {"error": why}
 
 
 class LearnedRule(Base):

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import create_engine, delete, event, func, inspect, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, defer, sessionmaker
 
 from core.errors import StoreError
 from core.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
@@ -98,10 +98,13 @@ class RunRow:
     cached_from: int | None
     repeat_of: int | None = None
     remeasure: bool | None = None
+    profile: dict[str, Any] | None = None  # where the GPU time went (--profile-best), or {"error": why}
 
 
 def _row(obj: Any, cls: type[Any]) -> Any:
-    row = cls(**{f: getattr(obj, f) for f in cls.__dataclass_fields__})
+    """The frozen row of an ORM object; a column an older database lacks (deferred, never loaded) reads None."""
+    unloaded = inspect(obj).unloaded
+    row = cls(**{f: None if f in unloaded else getattr(obj, f) for f in cls.__dataclass_fields__})
     if cls is RunRow:
         object.__setattr__(row, "status", RunStatus(row.status))
     return row
@@ -125,9 +128,12 @@ class Store:
         if self.db.is_sqlite and not read_only:
             event.listen(self.engine, "connect", _pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._older: dict[type[Any], list[Any]] = {}  # per model: defer() of the columns the file lacks
         if not read_only:
             self._create_tables()
             self._add_missing_columns()
+        else:
+            self._older = self._columns_missing()
 
     def _create_tables(self, attempts: int = 5) -> None:
         """Create the tuner's tables if missing (drivers started together race to: try again)."""
@@ -154,6 +160,25 @@ class Store:
                             conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
         except SQLAlchemyError as exc:
             raise StoreError(f"{self.db}: cannot upgrade the database: {str(exc).splitlines()[0]}") from exc
+
+    def _columns_missing(self) -> dict[type[Any], list[Any]]:
+        """Read-only on a file an older version wrote: its tables lack the newest (nullable) columns."""
+        try:
+            inspector = inspect(self.engine)
+            out: dict[type[Any], list[Any]] = {}
+            for model in (TrialRun, SweepRecord):
+                table = Base.metadata.tables[model.__tablename__]
+                if not inspector.has_table(table.name):
+                    continue
+                have = {c["name"] for c in inspector.get_columns(table.name)}
+                out[model] = [defer(getattr(model, c.name)) for c in table.columns if c.name not in have]
+            return out
+        except SQLAlchemyError:
+            return {}
+
+    def _select(self, model: type[Any]) -> Any:
+        """``select(model)`` without the columns this (older) database lacks."""
+        return select(model).options(*self._older.get(model, []))
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
@@ -182,7 +207,7 @@ class Store:
     def _ensure_sweep(self, study_name: str, fields: dict[str, Any]) -> SweepRow:
         now = datetime.now(UTC).replace(tzinfo=None)
         with self._session() as s:
-            sweep = s.scalar(select(SweepRecord).where(SweepRecord.study_name == study_name))
+            sweep = s.scalar(self._select(SweepRecord).where(SweepRecord.study_name == study_name))
             if sweep is None:
                 sweep = SweepRecord(study_name=study_name, created_at=now, updated_at=now, **fields)
                 s.add(sweep)
@@ -196,13 +221,14 @@ class Store:
     def sweep(self, study_name: str) -> SweepRow | None:
         """The sweep of a study, or None."""
         with self._session() as s:
-            sweep = s.scalar(select(SweepRecord).where(SweepRecord.study_name == study_name))
+            sweep = s.scalar(self._select(SweepRecord).where(SweepRecord.study_name == study_name))
             return _row(sweep, SweepRow) if sweep else None
 
     def sweeps(self) -> list[SweepRow]:
         """Every sweep, newest first."""
         with self._session() as s:
-            return [_row(x, SweepRow) for x in s.scalars(select(SweepRecord).order_by(SweepRecord.updated_at.desc()))]
+            newest_first = self._select(SweepRecord).order_by(SweepRecord.updated_at.desc())
+            return [_row(x, SweepRow) for x in s.scalars(newest_first)]
 
     # ---- runs ----------------------------------------------------------------------------------
     def record(self, sweep_id: int, result: TrialResult, config: Config, *, status: RunStatus,
@@ -220,7 +246,7 @@ class Store:
         with self._session() as s:
             if not self.db.is_sqlite:  # after the claims of this sweep under way, before the next (db.coordination)
                 s.execute(select(SweepRecord.id).where(SweepRecord.id == sweep_id).with_for_update(key_share=True))
-            old = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
+            old = s.scalar(self._select(TrialRun).where(TrialRun.sweep_id == sweep_id,
                                                   TrialRun.trial_number == result.trial_number))
             if old is not None:
                 s.delete(old)
@@ -240,6 +266,8 @@ class Store:
                 sglang_version=result.sglang_version, node=result.node, gpu_ids=list(result.gpu_ids),
                 started_at=_ts(result.started_at), finished_at=_ts(result.finished_at), cached_from=cached_from,
                 repeat_of=repeat_of, remeasure=remeasure or None,
+                profile=result.profile.as_dict() if result.profile else
+                ({"error": result.profile_error} if result.profile_error else None),
             )
             s.add(run)
             s.flush()
@@ -248,7 +276,7 @@ class Store:
     def record_cached_metrics(self, sweep_id: int, trial_number: int, prior: RunRow) -> RunRow:
         """Copy the verdict of ``prior`` (tok/s, metrics, gate, startup) onto a run answered from the store."""
         with self._session() as s:
-            run = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
+            run = s.scalar(self._select(TrialRun).where(TrialRun.sweep_id == sweep_id,
                                                   TrialRun.trial_number == trial_number))
             if run is None:
                 raise StoreError(f"{self.db}: no run for trial {trial_number}")
@@ -260,20 +288,20 @@ class Store:
     def runs(self, sweep_id: int) -> list[RunRow]:
         """Every run of a sweep, by trial number."""
         with self._session() as s:
-            q = select(TrialRun).where(TrialRun.sweep_id == sweep_id).order_by(TrialRun.trial_number)
+            q = self._select(TrialRun).where(TrialRun.sweep_id == sweep_id).order_by(TrialRun.trial_number)
             return [_row(r, RunRow) for r in s.scalars(q)]
 
     def run(self, sweep_id: int, trial_number: int) -> RunRow | None:
         """One run by trial number."""
         with self._session() as s:
-            r = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
+            r = s.scalar(self._select(TrialRun).where(TrialRun.sweep_id == sweep_id,
                                                 TrialRun.trial_number == trial_number))
             return _row(r, RunRow) if r else None
 
     def measured(self, sweep_id: int, config_key: str) -> RunRow | None:
         """The first launched (not cached, not interrupted) run of a configuration, if any."""
         with self._session() as s:
-            r = s.scalar(select(TrialRun).where(
+            r = s.scalar(self._select(TrialRun).where(
                 TrialRun.sweep_id == sweep_id, TrialRun.config_key == config_key, TrialRun.repeat_of.is_(None),
                 TrialRun.status.in_(LAUNCHED)).order_by(TrialRun.trial_number))
             return _row(r, RunRow) if r else None
@@ -313,7 +341,7 @@ class Store:
     def server_log(self, sweep_id: int, trial_number: int) -> str:
         """The full (redacted) server log of one run."""
         with self._session() as s:
-            r = s.scalar(select(TrialRun).where(TrialRun.sweep_id == sweep_id,
+            r = s.scalar(self._select(TrialRun).where(TrialRun.sweep_id == sweep_id,
                                                 TrialRun.trial_number == trial_number))
             return r.server_log if r else ""
 

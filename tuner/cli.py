@@ -165,6 +165,8 @@ def sweep(
     slo: Annotated[str | None, typer.Option(help="Objectives a configuration must meet, e.g. "
                                                  "'ttft_p99<2s,itl_p99<50ms,per_user_tok_s>30' (overrides the "
                                                  "space's slo).")] = None,
+    profile_best: Annotated[bool, typer.Option(help="Then launch the best once more and record where its decode "
+                                                    "GPU time goes (SGLang's profiler, top kernels).")] = False,
 ) -> None:
     """Launch, benchmark and rank SGLang configurations until the budget is spent (resumable)."""
     import signal
@@ -189,7 +191,7 @@ def sweep(
     signal.signal(signal.SIGINT, on_signal)
     opts = SweepOptions(space_path=str(space), db_path=str(db), study_name=study, budget=budget, confirm=confirm,
                         address=address, gpus=gpus, max_groups=groups, sglang_python=sglang_python, seed=seed,
-                        offline=offline, sampler=sampler, slo=slo)
+                        offline=offline, sampler=sampler, slo=slo, profile_best=profile_best)
 
     def go() -> None:
         runner = Sweep(opts, lambda name, b, scale: SweepView(console, name, b, scale))
@@ -227,8 +229,11 @@ def show(
                     for r in results.ranked()]
             pareto = [{"trial_number": p.run.trial_number, "tok_s": p.tok_s, "ttft_p99_ms": p.ttft_p99_ms,
                        "per_user_tok_s": p.per_user_tok_s} for p in front(results)]
+            profiled = results.best_profile()
             print(json.dumps({"study": results.sweep.study_name, "time_scale": results.sweep.time_scale,
-                              "learned_rules": list(results.rules), "pareto_front": pareto, "trials": rows},
+                              "learned_rules": list(results.rules), "pareto_front": pareto,
+                              "best_profile": {"trial_number": profiled.trial_number, **(profiled.profile or {})}
+                              if profiled else None, "trials": rows},
                              indent=2, default=str))
             return
         console.print(runs_table(results, limit))

@@ -119,6 +119,10 @@ class Recorder:
             attrs["cached_from_trial"] = run.cached_from
         if run.repeat_of is not None:
             attrs["repeat_of_trial"] = run.repeat_of
+        if run.profile and run.profile.get("kernels"):  # the dashboard shows where the GPU time went
+            attrs["kernel_profile"] = [f"{k['name']} {k['share']:.1%}" for k in run.profile["kernels"][:5]]
+        elif run.profile:
+            attrs["kernel_profile"] = [f"no profile: {run.profile.get('error', '')}"]
         said = notices_in(log)
         if said:  # the dashboard shows SGLang's warnings and adjustments with their fix
             attrs["sglang_notices"] = [n.describe() for n in said]

@@ -103,6 +103,22 @@ def startup_cost_figure(results: SweepResults) -> go.Figure | None:
     return fig
 
 
+def profile_figure(results: SweepResults) -> go.Figure | None:
+    """The best configuration's top GPU kernels by share of decode time (``--profile-best``)."""
+    from core.types import KernelProfile
+
+    run = results.best_profile()
+    if run is None or "error" in (run.profile or {}):
+        return None
+    prof = KernelProfile.from_dict(run.profile or {})
+    kernels = list(reversed(prof.kernels))
+    fig = go.Figure(go.Bar(x=[k.share * 100 for k in kernels], y=[k.name for k in kernels], orientation="h",
+                           text=[f"{k.share:.1%}, {k.calls} calls" for k in kernels]))
+    fig.update_layout(xaxis_title=f"% of GPU kernel time (trial {run.trial_number}, {prof.steps} decode steps)",
+                      height=max(300, 26 * len(kernels) + 120))
+    return fig
+
+
 def best_vs_baseline_figure(results: SweepResults) -> go.Figure | None:
     """Baseline and best tok/s@C16 side by side (and the roofline when known)."""
     best, base = results.best(), results.baseline()
@@ -157,7 +173,9 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
                  ("Failures by kind", failures_figure(results), "no failures"),
                  ("What each setting costs to start (fitted over the launches)", startup_cost_figure(results),
                   "fewer than three startups measured"),
-                 ("Best vs baseline", best_vs_baseline_figure(results), "no feasible trial")]
+                 ("Best vs baseline", best_vs_baseline_figure(results), "no feasible trial"),
+                 ("Where the best's decode GPU time goes (SGLang's profiler)", profile_figure(results),
+                  "not profiled (tuner sweep --profile-best)")]
     parts: list[str] = []
     plotly_included = False
     for title, fig, missing in sections:

@@ -63,6 +63,14 @@ class SweepResults:
         ok = self.measured()
         return ok[0] if ok else None
 
+    def best_profile(self) -> RunRow | None:
+        """The latest run of the best configuration that was profiled (``--profile-best``), if any; its
+        ``profile`` is a :class:`core.types.KernelProfile` dict or ``{"error": why}``."""
+        best = self.best()
+        if best is None:
+            return None
+        return next((r for r in reversed(self.runs) if r.config_key == best.config_key and r.profile), None)
+
     def baseline(self) -> RunRow | None:
         """The baseline run (base settings only)."""
         return next((r for r in self.runs if r.baseline and r.status in (RunStatus.OK, RunStatus.INFEASIBLE)), None)

@@ -51,6 +51,7 @@ MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configu
 CONFIRM_ROUNDS = 3  # --confirm: a confirmation that reorders the leaders brings the new ones in, this often
 DRIVER_ATTR = "driver"  # a trial's system attribute: the driver that asked for it
 WAIT_S = 0.5  # how long one wait for results blocks before the live view is refreshed
+PROFILE_STEPS = 20  # --profile-best: decode steps recorded under the profiler (as the seed campaign did)
 
 
 @dataclass
@@ -109,6 +110,8 @@ class Sweep:
                     self._loop(ctx, Quota(self.opts.budget))
                     if self.opts.confirm:
                         self._confirm(ctx)
+                    if self.opts.profile_best:
+                        self._profile_best(ctx)
             finally:
                 ctx.coord.leave()
             return ctx.sweep
@@ -195,6 +198,19 @@ class Sweep:
                 ctx.study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number,
                                                                 "baseline": run.baseline})
             self._loop(ctx, Quota(self.opts.budget, confirmations=len(leaders)))
+
+    def _profile_best(self, ctx: Context) -> None:
+        """One more launch of the best configuration: the benchmark again (a second reading of it),
+        then ``PROFILE_STEPS`` decode steps under SGLang's profiler; its top kernels are recorded."""
+        best = SweepResults(ctx.sweep, self.store.runs(ctx.sweep.id)).best()
+        if best is None:
+            ctx.view.log("--profile-best: no configuration was measured; nothing to profile")
+            return
+        ctx.view.log(f"profiling the best configuration (trial {best.trial_number}): {PROFILE_STEPS} decode steps "
+                     "under SGLang's profiler")
+        ctx.study.enqueue_trial(best.params, user_attrs={"repeat_of": best.trial_number, "baseline": best.baseline,
+                                                        "profile": True})
+        self._loop(ctx, Quota(self.opts.budget, confirmations=1))
 
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, ctx: Context, quota: Quota) -> None:
@@ -285,7 +301,7 @@ class Sweep:
             quota.confirmations -= 1
         flight.answered_in_a_row = 0
         return Pending(trial, config, flight.take_slot(config), baseline, trial.user_attrs.get("retry_of"), repeat_of,
-                       bool(trial.user_attrs.get("remeasure")))
+                       bool(trial.user_attrs.get("remeasure")), bool(trial.user_attrs.get("profile")))
 
     def _answered(self, ctx: Context, flight: Flight, trial: optuna.Trial, config: Config) -> bool:
         """Answer a proposal without a launch when a learned rule covers it, the store measured it, or
@@ -328,7 +344,8 @@ class Sweep:
         best = None if p.repeat_of is not None else self.store.best_tok_s(ctx.sweep.id)
         spec = TrialSpec(trial_number=p.trial.number, config=p.config, engine=ctx.launcher.engine,
                          bench=space.bench_config(best), gate=space.gate_config(),
-                         startup_timeout_s=space.file.startup_timeout_s, log_dir=str(self._log_dir(ctx.sweep)))
+                         startup_timeout_s=space.file.startup_timeout_s, log_dir=str(self._log_dir(ctx.sweep)),
+                         profile_steps=PROFILE_STEPS if p.profile else 0)
         ctx.launcher.submit(p.slot.index, spec)
         flight.pending[p.trial.number] = p
         ctx.view.started(p.slot.index, p.trial.number, p.config.params)
@@ -354,7 +371,7 @@ class Sweep:
         if run.status == RunStatus.INTERRUPTED or (run.status == RunStatus.FAILED and p.retry_of is None):
             attrs = {"retry_of": p.trial.number, "baseline": p.baseline}
             if p.repeat_of is not None:
-                attrs.update(repeat_of=p.repeat_of, remeasure=p.remeasure)
+                attrs.update(repeat_of=p.repeat_of, remeasure=p.remeasure, profile=p.profile)
             ctx.study.enqueue_trial(p.trial.params, user_attrs=attrs)
         if run.status == RunStatus.OK and p.repeat_of is None and not p.baseline:
             self._remeasure_if_surprising(ctx, p)

@@ -30,6 +30,7 @@ class SweepOptions:
     offline: bool = False
     sampler: str | None = None
     slo: str | None = None  # overrides the space's ``slo``
+    profile_best: bool = False  # after the budget: one more launch of the best under SGLang's profiler
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Pending:
     retry_of: int | None
     repeat_of: int | None
     remeasure: bool = False
+    profile: bool = False
     sent_at: float = field(default_factory=time.time)
 
 
@@ -103,5 +105,5 @@ def fixed_params(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
 
 
 def carried_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The user attributes a re-queued trial keeps (baseline, confirmation)."""
-    return {k: attrs[k] for k in ("baseline", "repeat_of") if k in attrs}
+    """The user attributes a re-queued trial keeps (baseline, confirmation, profiling)."""
+    return {k: attrs[k] for k in ("baseline", "repeat_of", "profile") if k in attrs}

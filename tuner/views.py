@@ -155,6 +155,7 @@ def print_summary(console: Console, results: Any) -> None:
     if results.avoided():
         console.print(f"{results.avoided()} proposal(s) matched a learned rule and were not launched (no budget)")
     _print_notices(console, results)
+    _print_profile(console, results)
     _print_front(console, results)
     _print_startup_costs(console, results)
     console.print(f"export it: tuner export --study {sweep.study_name} -o launch.sh", markup=False)
@@ -172,6 +173,26 @@ def _print_notices(console: Console, results: Any) -> None:
         console.print("SGLang warnings and adjustments: " + ", ".join(
             f"{kind} ({len(ns)} trial{'s' if len(ns) > 1 else ''})" for kind, (_, ns) in kinds.items())
             + " (show --json, report)", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_profile(console: Console, results: Any, shown: int = 5) -> None:
+    """Where the best configuration's decode GPU time goes (``--profile-best``)."""
+    from core.types import KernelProfile
+
+    run = results.best_profile()
+    if run is None:
+        return
+    if "error" in run.profile:
+        console.print(f"profile of the best (trial {run.trial_number}): none, {run.profile['error']}", markup=False,
+                      highlight=False, soft_wrap=True)
+        return
+    prof = KernelProfile.from_dict(run.profile)
+    console.print(f"where the best's GPU time goes (trial {run.trial_number}, {prof.steps} decode steps under "
+                  f"SGLang's profiler, {prof.kernel_count} kernels): " + ", ".join(
+                      f"{k.name} {k.share:.1%}" for k in prof.kernels[:shown]), markup=False, highlight=False,
+                  soft_wrap=True)
+    console.print(f"  trace (chrome://tracing, ui.perfetto.dev): {prof.trace_path}", markup=False, highlight=False,
+                  soft_wrap=True)
 
 
 def _print_startup_costs(console: Console, results: Any, shown: int = 4) -> None:

@@ -22,12 +22,15 @@ from core.errors import BenchmarkError, FlagError, ServerError
 from core.flags import FlagTable
 from core.redact import scrub, secret_values
 from core.render import render
-from core.types import BenchResult, FailureKind, GateResult, TrialResult, TrialSpec
+from core.types import BenchConfig, BenchResult, FailureKind, GateResult, KernelProfile, TrialResult, TrialSpec
 from workers.bench import run_benchmark
 from workers.failures import classify, reason_line
 from workers.gate import run_gate
 from workers.gpus import wait_gpus_released
+from workers.profile import profile_decode
 from workers.server import ServerProcess, free_port
+
+PROFILE_TIMEOUT_S = 120.0  # load under the profiler until its trace is written, at most this long
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,8 @@ class TrialRunner:
             server.log_path.write_text(log)
         return result(argv=cmd.argv, env=dict(cmd.env), startup_s=out.startup_s, bench=out.bench, gate=out.gate,
                       failure_kind=out.kind, failure_reason=scrub(out.reason, secrets),
-                      log_tail=scrub(out.tail or (server.log_tail() if out.kind else ""), secrets), server_log=log)
+                      log_tail=scrub(out.tail or (server.log_tail() if out.kind else ""), secrets), server_log=log,
+                      profile=out.profile, profile_error=out.profile_error)
 
     def _measure(self, spec: TrialSpec, server: ServerProcess, phase: Callable[[str], None]) -> _Outcome:
         """Start the server, wait until ready, gate, benchmark; every failure becomes a kind + reason."""
@@ -157,6 +161,9 @@ class TrialRunner:
                                                   api_key=api_key))
             if not server.alive():
                 raise BenchmarkError(f"server exited (code {server.exit_code()}) during the benchmark")
+            if spec.profile_steps > 0:
+                phase("profiling")
+                self._profile(spec, server, bench, out)
         except OSError as exc:  # the configured Python cannot even be started on this node
             out.kind = FailureKind.INFRASTRUCTURE
             out.reason = f"cannot start {server.cmd.argv[0]}: {exc.strerror or exc}"
@@ -172,6 +179,15 @@ class TrialRunner:
                 out.reason = f"server died during the benchmark (exit {server.exit_code()}): {reason_line(log)}"
         return out
 
+    def _profile(self, spec: TrialSpec, server: ServerProcess, bench: BenchConfig, out: _Outcome) -> None:
+        """Profile the server's decode under the benchmark's load; a failure is noted, not fatal."""
+        where = Path(spec.log_dir) / f"trial-{spec.trial_number:04d}-profile"
+        try:
+            out.profile = asyncio.run(profile_decode(server.url, bench, where, spec.profile_steps,
+                                                     PROFILE_TIMEOUT_S, api_key=_api_key(spec)))
+        except BenchmarkError as exc:
+            out.profile_error = str(exc)
+
 
 @dataclass
 class _Outcome:
@@ -183,6 +199,8 @@ class _Outcome:
     kind: FailureKind | None = None
     reason: str = ""
     tail: str = ""
+    profile: KernelProfile | None = None
+    profile_error: str = ""
 
 
 def _api_key(spec: TrialSpec) -> str | None:

@@ -91,3 +91,18 @@ def test_a_database_from_an_older_version_is_upgraded_keeping_its_runs(tmp_path:
     assert [(r.trial_number, r.tok_s, r.repeat_of) for r in runs] == [(0, 12.0, None)]
     upgraded.record(sid, _result(1, "k", tok_s=13.0), Config({}, {}), status="ok", repeat_of=0)
     assert upgraded.count_launched(sid) == 1
+
+
+def test_an_older_database_is_read_without_upgrading_it(tmp_path: Path) -> None:
+    store = Store(tmp_path / "old.db")
+    sid = _sweep(store)
+    store.record(sid, _result(0, "k", tok_s=12.0), Config({}, {}), status="ok")
+    store.close()
+    with sqlite3.connect(tmp_path / "old.db") as conn:  # as written before `profile` existed
+        conn.execute("ALTER TABLE tuner_trial_runs DROP COLUMN profile")
+    reader = Store(tmp_path / "old.db", read_only=True)  # show, export, report: they never write
+    assert [(r.trial_number, r.tok_s, r.profile) for r in reader.runs(sid)] == [(0, 12.0, None)]
+    assert reader.run(sid, 0) is not None and reader.sweep("s") is not None
+    reader.close()
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        assert "profile" not in {row[1] for row in conn.execute("PRAGMA table_info(tuner_trial_runs)")}

@@ -14,14 +14,18 @@ import heapq
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from core.errors import ClusterError, ConfigError
 from core.render import render
-from core.types import BenchResult, EngineKind, EngineSpec, TrialResult, TrialSpec
+from core.types import BenchResult, EngineKind, EngineSpec, KernelProfile, TrialResult, TrialSpec
 from tuner.launchers.base import Finished, Slot
 from workers.gpus import GpuInfo
 from workers.node import NodeInfo
+from workers.profile import read_trace
 from workers.sim.offline import OfflineModel
+from workers.sim.profiler import write_trace
+from workers.sim.scenario import Outcome
 from workers.trial import Phase
 
 OFFLINE_PORT = 30000
@@ -83,9 +87,16 @@ class OfflineLauncher:
             gpu_ids=tuple(str(slot * k + j) for j in range(k)), started_at=self.clock,
             finished_at=self.clock + modelled.duration_s, startup_s=modelled.startup_s, bench=bench,
             failure_kind=modelled.failure_kind, failure_reason=modelled.failure_reason,
-            log_tail="\n".join(modelled.log.splitlines()[-20:]), server_log=modelled.log)
+            log_tail="\n".join(modelled.log.splitlines()[-20:]), server_log=modelled.log,
+            profile=self._profile(spec, modelled.outcome) if bench is not None and spec.profile_steps else None)
         self._seq += 1
         heapq.heappush(self._queue, _Scheduled(result.finished_at, self._seq, Finished(slot, result)))
+
+    def _profile(self, spec: TrialSpec, outcome: Outcome) -> KernelProfile:
+        """The trace the simulated server's profiler would write for this trial, read back."""
+        where = Path(spec.log_dir) / f"trial-{spec.trial_number:04d}-profile"
+        return read_trace(write_trace(outcome, self.model.scenario.saturation_c, where, spec.profile_steps),
+                          spec.profile_steps)
 
     def wait(self, timeout_s: float) -> list[Finished]:
         """The trial that ends first (the virtual clock moves to its end)."""

@@ -13,7 +13,7 @@ import hashlib
 import math
 import random
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from workers.sim.scenario import Outcome, Scenario
@@ -86,6 +86,8 @@ class Scheduler:
         self.stalled = False
         self.spec_tokens = 0
         self.spec_steps = 0
+        self.batch_steps = 0.0  # decode steps of the whole batch so far (what a profiler counts)
+        self.on_step: Callable[[], None] | None = None  # called after each request's decode step
         self._seq = 0
 
     def answer_for(self, prompt: str) -> list[str]:
@@ -142,6 +144,9 @@ class Scheduler:
                 last = now
                 steps = int(req.step_credit)
                 req.step_credit -= steps
+                self.batch_steps += steps / max(len(self.requests), 1)
+                if self.on_step is not None:
+                    self.on_step()
                 before = len(req.pieces)
                 req.add_tokens(self._draw_tokens(req, steps))
                 if len(req.pieces) > before:

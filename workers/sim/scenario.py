@@ -30,6 +30,13 @@ Pattern = str | int | float | bool | None | list[str | int | float | bool | None
 Adjust = float | str
 
 
+# A decode step's GPU kernels on a MoE model and their relative time (kernel names as SGLang's traces
+# spell them on Hopper); a scenario's ``kernels:`` replaces the mix, an effect's sets the weights it names
+# (0 removes a kernel).
+DECODE_KERNELS = {"fused_moe_kernel": 0.36, "flash_attn_decode_kernel": 0.22, "nvjet_sm90_gemm_bf16": 0.18,
+                  "cross_device_reduce_1stage": 0.12, "rms_norm_kernel": 0.07, "top_k_top_p_sampling_kernel": 0.05}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -62,6 +69,7 @@ class Effect(_Strict):
     startup_s: Adjust | None = None
     accept_len: Adjust | None = None
     log: str = ""  # a line the server prints while starting (a warning or an auto-adjustment SGLang makes)
+    kernels: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)  # set in the decode step's mix
     note: str = ""
 
 
@@ -122,6 +130,7 @@ class Scenario(_Strict):
     failures: list[FailureRule] = Field(default_factory=list)
     noise: Noise = Field(default_factory=Noise)
     responses: list[Response] = Field(default_factory=list)
+    kernels: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=lambda: dict(DECODE_KERNELS))
 
     def env_keys(self) -> list[str]:
         """The environment variables some rule looks at (only these influence the outcome)."""
@@ -141,6 +150,7 @@ class Outcome:
     failure: FailureRule | None
     noise_factor: float
     notices: tuple[str, ...] = ()  # the ``log`` lines of the effects that hold
+    kernels: tuple[tuple[str, float], ...] = ()  # a decode step's GPU kernels and their relative time
 
     def decode_tok_s(self, concurrency: float, saturation_c: float) -> float:
         """Aggregate decode tok/s with ``concurrency`` requests in the server (base value at 16)."""
@@ -233,9 +243,11 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
     tok_s, ttft, startup, accept = (scenario.base.tok_s_c16, scenario.base.ttft_ms,
                                     scenario.base.startup_s, scenario.base.accept_len)
     notices: list[str] = []
+    kernels = dict(scenario.kernels)
     for effect in scenario.effects:
         if rule_matches(effect.match, options, env):
             notices += [effect.log] if effect.log else []
+            kernels.update(effect.kernels)
             tok_s = _adjust(tok_s, effect.tok_s)
             ttft = _adjust(ttft, effect.ttft_ms)
             startup = _adjust(startup, effect.startup_s)
@@ -251,4 +263,5 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
         noise = random.Random(seed).lognormvariate(-sigma * sigma / 2, sigma)
     noise *= scenario.noise.launch_factor(launch_seed)
     return Outcome(tok_s_c16=max(tok_s, 1e-6), ttft_ms=max(ttft, 0.0), startup_s=max(startup, 0.0),
-                   accept_len=max(accept, 1.0), failure=failure, noise_factor=noise, notices=tuple(notices))
+                   accept_len=max(accept, 1.0), failure=failure, noise_factor=noise, notices=tuple(notices),
+                   kernels=tuple(kernels.items()))

@@ -17,6 +17,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from workers.sim.engine import Request, Scheduler, count_prompt_tokens, token_id
+from workers.sim.profiler import SimProfiler
 from workers.sim.scenario import Outcome, Scenario
 
 
@@ -94,6 +95,7 @@ class Endpoints:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.sched = state.scheduler
+        self.profiler = SimProfiler(state.scheduler)
 
     async def health(self, _: HttpRequest) -> Response:
         """/health and /health_generate: 503 until up, then one generated token."""
@@ -137,6 +139,23 @@ class Endpoints:
         """/flush_cache."""
         self.sched.flush()
         return Response("Cache flushed.\nPlease check backend logs for more details.", status_code=200)
+
+    async def start_profile(self, http: HttpRequest) -> Response:
+        """/start_profile: record the next ``num_steps`` decode steps (see workers.sim.profiler)."""
+        try:
+            body = await http.json() if await http.body() else {}
+        except ValueError:
+            return _error("Invalid JSON body")
+        problem = self.profiler.start(body if isinstance(body, dict) else {})
+        if problem:
+            return Response(problem, status_code=500)
+        return Response("Start profiling.\n", status_code=200)
+
+    async def stop_profile(self, _: HttpRequest) -> Response:
+        """/stop_profile: write the trace now; 500 when nothing is recording (SGLang 0.5.17 does)."""
+        if not self.profiler.stop():
+            return Response("Profiling is not in progress. Call /start_profile first.", status_code=500)
+        return Response("Stop profiling. This will take some time.\n", status_code=200)
 
     async def generate(self, http: HttpRequest) -> Response:
         """/generate: SGLang's native API, streaming or not."""
@@ -261,6 +280,8 @@ def build_app(state: ServerState) -> Starlette:
         Route("/server_info", api.server_info), Route("/get_server_info", api.server_info),
         Route("/v1/models", api.models), Route("/flush_cache", api.flush_cache, methods=["POST", "GET"]),
         Route("/generate", api.generate, methods=["POST"]),
+        Route("/start_profile", api.start_profile, methods=["POST"]),
+        Route("/stop_profile", api.stop_profile, methods=["POST"]),
         Route("/v1/completions", api.openai, methods=["POST"]),
         Route("/v1/chat/completions", api.openai, methods=["POST"]),
     ]
