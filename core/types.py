@@ -193,6 +193,19 @@ class KernelShare:
     total_us: float
     calls: int
 
+    def short_name(self, width: int = 60) -> str:
+        """The name without a C++ signature's return type and arguments, cut to ``width`` characters:
+        ``void flashinfer::norm::FusedAddRMSNormKernel<8u, bf16>(bf16*, ...)`` -> ``flashinfer::norm::...``."""
+        name = self.name.removeprefix("void ")
+        if name.endswith(")"):  # drop the argument list: the parenthesis that closes at the end
+            depth = 0
+            for i in range(len(name) - 1, -1, -1):
+                depth += {")": 1, "(": -1}.get(name[i], 0)
+                if depth == 0:
+                    name = name[:i] or name
+                    break
+        return name if len(name) <= width else name[: width - 3] + "..."
+
 
 @dataclass(frozen=True)
 class KernelProfile:

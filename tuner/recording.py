@@ -18,7 +18,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
 from core.errors import StoreError
-from core.types import Config, FailureKind, RunStatus, TrialResult
+from core.types import Config, FailureKind, KernelProfile, RunStatus, TrialResult
 from db.location import Database, database
 from db.store import RunRow, Store, SweepRow
 from tuner.export import launch_script
@@ -120,7 +120,8 @@ class Recorder:
         if run.repeat_of is not None:
             attrs["repeat_of_trial"] = run.repeat_of
         if run.profile and run.profile.get("kernels"):  # the dashboard shows where the GPU time went
-            attrs["kernel_profile"] = [f"{k['name']} {k['share']:.1%}" for k in run.profile["kernels"][:5]]
+            kernels = KernelProfile.from_dict(run.profile).kernels[:5]
+            attrs["kernel_profile"] = [f"{k.short_name()} {k.share:.1%}" for k in kernels]
         elif run.profile:
             attrs["kernel_profile"] = [f"no profile: {run.profile.get('error', '')}"]
         said = notices_in(log)

@@ -112,7 +112,7 @@ def profile_figure(results: SweepResults) -> go.Figure | None:
         return None
     prof = KernelProfile.from_dict(run.profile or {})
     kernels = list(reversed(prof.kernels))
-    fig = go.Figure(go.Bar(x=[k.share * 100 for k in kernels], y=[k.name for k in kernels], orientation="h",
+    fig = go.Figure(go.Bar(x=[k.share * 100 for k in kernels], y=[k.short_name() for k in kernels], orientation="h",
                            text=[f"{k.share:.1%}, {k.calls} calls" for k in kernels]))
     fig.update_layout(xaxis_title=f"% of GPU kernel time (trial {run.trial_number}, {prof.steps} decode steps)",
                       height=max(300, 26 * len(kernels) + 120))

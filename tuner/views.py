@@ -189,7 +189,7 @@ def _print_profile(console: Console, results: Any, shown: int = 5) -> None:
     prof = KernelProfile.from_dict(run.profile)
     console.print(f"where the best's GPU time goes (trial {run.trial_number}, {prof.steps} decode steps under "
                   f"SGLang's profiler, {prof.kernel_count} kernels): " + ", ".join(
-                      f"{k.name} {k.share:.1%}" for k in prof.kernels[:shown]), markup=False, highlight=False,
+                      f"{k.short_name()} {k.share:.1%}" for k in prof.kernels[:shown]), markup=False, highlight=False,
                   soft_wrap=True)
     console.print(f"  trace (chrome://tracing, ui.perfetto.dev): {prof.trace_path}", markup=False, highlight=False,
                   soft_wrap=True)

@@ -9,7 +9,7 @@
 #   bash benchmarks/real_gpu/run.sh first OUT   after `unpack`: seconds to the first trial, twice
 #   bash benchmarks/real_gpu/run.sh profile OUT what /start_profile writes, and warnings for a few
 #                                                settings (carry .gpu-kit/site312.tar.xz, .gpu-kit/tiny)
-#   bash benchmarks/real_gpu/run.sh sweep OUT   a real `tuner sweep` with --confirm (carry
+#   bash benchmarks/real_gpu/run.sh sweep OUT   a real `tuner sweep` with --confirm and --profile-best (carry
 #                                                .gpu-kit/ray312.tar.xz; run right after `paths`,
 #                                                while the node still has /tmp/site312)
 # Results: docs/real-gpu.md. Skipped (exit 0 with a note) where there is no GPU.
@@ -57,9 +57,10 @@ for t in sorted(json.load(open('$OUT/$space.json'))['trials'], key=lambda t: t['
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee -a "$OUT/overlap.txt" ;;
   sweep)
     db=/tmp/real-sweep/tuner.db
-    python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200.yaml --budget 4 --confirm 1 --db $db \
-      --seed 1 2>&1 | tee "$OUT/sweep.txt" | tail -40
+    python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200.yaml --budget "${BUDGET:-4}" --confirm 1 \
+      --profile-best --db $db --seed 1 2>&1 | tee "$OUT/sweep.txt" | tail -40
     python3 -m tuner.cli show --db $db --json > "$OUT/show.json"
+    cp -r /tmp/real-sweep/tuner-runs "$OUT/runs" 2>/dev/null
     python3 -m tuner.cli export --db $db > "$OUT/launch.sh"
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee -a "$OUT/sweep.txt" ;;
 esac

@@ -16,7 +16,7 @@ import pytest
 
 from core.errors import BenchmarkError
 from core.flags import FlagTable
-from core.types import BenchConfig, Config, EngineSpec, GateConfig, TrialSpec
+from core.types import BenchConfig, Config, EngineSpec, GateConfig, KernelShare, TrialSpec
 from tests.conftest import start_sim
 from workers.profile import profile_decode, read_trace
 from workers.trial import TrialRunner
@@ -97,3 +97,14 @@ def test_a_trial_asked_to_profile_brings_its_kernels_back(fallback_scenario: Pat
     assert phases[-2:] == ["profiling", "stopping"]
     assert result.profile.kernels[0].name == "fused_moe_fallback_kernel"
     assert Path(result.profile.trace_path).is_relative_to(tmp_path / "trial-0007-profile")
+
+
+@pytest.mark.parametrize(("name", "short"), [  # kernel names from the real H200 trace (docs/real-gpu.md)
+    ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, unsigned int)",
+     "flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>"),
+    ("void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, long>(at::cuda::TensorInfo, int)",
+     "at::native::(anonymous namespace)::indexSelectSmallIndex<..."),
+    ("nvjet_sm90_tst_64x8_64x16_4x2_h_bz_TNT", "nvjet_sm90_tst_64x8_64x16_4x2_h_bz_TNT"),
+])
+def test_kernel_names_are_shown_without_their_signature(name: str, short: str) -> None:
+    assert KernelShare(name, 0.1, 1.0, 1).short_name() == short
