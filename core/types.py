@@ -162,6 +162,13 @@ class BenchResult:
         return asdict(self)
 
 
+class Objective(StrEnum):
+    """What a sweep maximizes: tok/s@C16 of one server, or that divided by the GPUs the server uses."""
+
+    PER_SERVER = "per_server"
+    PER_GPU = "per_gpu"
+
+
 class EngineKind(StrEnum):
     """Which server program trials launch."""
 
@@ -241,6 +248,7 @@ class TrialSpec:
     startup_timeout_s: float = 900.0
     log_dir: str = "tuner-runs"
     profile_steps: int = 0  # > 0: after the benchmark, this many decode steps under SGLang's profiler
+    gpu_ids: tuple[str, ...] = ()  # the trial's GPUs when it spans several groups (else the group's own)
 
 
 @dataclass(frozen=True)

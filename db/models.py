@@ -34,6 +34,7 @@ class SweepRecord(Base):
     budget: Mapped[int] = mapped_column(Integer)
     roofline_tok_s: Mapped[float | None] = mapped_column(Float)
     time_scale: Mapped[float] = mapped_column(Float, default=1.0)
+    objective: Mapped[str | None] = mapped_column(String(20))  # a core.types.Objective value (None: per_server)
 
 
 class TrialRun(Base):

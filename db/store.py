@@ -68,6 +68,7 @@ class SweepRow:
     roofline_tok_s: float | None
     time_scale: float
     created_at: datetime
+    objective: str | None = None  # a core.types.Objective value; None (older sweeps): per_server
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ class ScriptedLauncher:
         done, self.done = self.done, []
         return done
 
+    def now(self) -> float:
+        return time.time()
+
     def phases(self) -> dict[int, Phase]:
         return {}
 

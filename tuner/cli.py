@@ -32,8 +32,14 @@ def _run(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except TunerError as exc:
-        err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {one_line(str(exc))}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that would break or hide the line (a user's input can hold
+    any: line and record separators, escapes) written as its Python escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 VersionOpt = Annotated[str, typer.Option("--sglang-version", help="SGLang version (its bundled flag table).")]

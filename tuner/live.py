@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,12 +87,16 @@ class SweepView:
             self.log(f"[group {index}] trial {trial}: {phase}")
         g.trial, g.phase, g.since = trial, phase, since
 
-    def started(self, index: int, trial: int, params: dict[str, Any]) -> None:
-        """A trial was sent to a group."""
+    def started(self, index: int, trial: int, params: dict[str, Any], joined: Sequence[int] = ()) -> None:
+        """A trial was sent to a group (with the ``joined`` groups' GPUs too)."""
         g = self.groups[index]
         g.trial, g.summary, g.phase, g.since = trial, config_summary(params), "launching", time.time()
+        for other in joined:
+            self.groups[other].trial, self.groups[other].summary = trial, f"(GPUs of trial {trial}, group {index})"
+            self.groups[other].phase, self.groups[other].since = "lent", g.since
         if self._live is None:
-            self.log(f"[group {index}] trial {trial} started: {g.summary}")
+            also = f" (+ group{'s' if len(joined) > 1 else ''} {','.join(map(str, joined))})" if joined else ""
+            self.log(f"[group {index}]{also} trial {trial} started: {g.summary}")
 
     def _fmt(self, run: RunRow) -> str:
         if run.status in (RunStatus.OK, RunStatus.CACHED) and run.tok_s is not None:

@@ -12,6 +12,7 @@ becomes a ``forbid`` rule of the space, so the sampler never proposes it.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -62,7 +63,7 @@ def with_parallel_rules(space: SearchSpace) -> SearchSpace:
     params = [p for p in space.params if _parallel(p)]
     if not params:
         return space
-    rules: list[dict[str, tuple[Any, ...]]] = []
+    refused: set[tuple[Any, ...]] = set()
     fits: dict[tuple[str, Any], str | None] = {}
     for values in itertools.product(*(p.values() or [] for p in params)):
         flags = dict(base)
@@ -70,7 +71,7 @@ def with_parallel_rules(space: SearchSpace) -> SearchSpace:
             flags.update(p.flags_for(v))
         why = refusal(flags, gpus)
         if why is not None:
-            rules.append({p.name: (v,) for p, v in zip(params, values, strict=True)})
+            refused.add(values)
         for p, v in zip(params, values, strict=True):
             if fits.get((p.name, v), "") is not None:
                 fits[(p.name, v)] = why
@@ -78,7 +79,55 @@ def with_parallel_rules(space: SearchSpace) -> SearchSpace:
         if why is not None:
             param = next(p for p in params if p.name == name)
             raise ConfigError(f"{param.path}{_where(param, value)}: {why}")
+    rules = [{params[i].name: (v,) for i, v in cause} for cause in _smallest_causes(params, refused)]
     return replace(space, forbid=(*space.forbid, *rules))
+
+
+def gpu_sizes(space: SearchSpace) -> list[int]:
+    """The distinct GPU counts the space's configurations need, smallest first: one value unless its
+    parallel sizes are searched (e.g. [1, 2, 4, 8] for ``tp_size: {choices: [1, 2, 4, 8]}``)."""
+    params = [p for p in space.params if _parallel(p)]
+    sizes = {space.file.gpus_per_trial}
+    if params:
+        sizes = set()
+        for values in itertools.product(*(p.values() or [] for p in params)):
+            flags = dict(space.base.flags)
+            for p, v in zip(params, values, strict=True):
+                flags.update(p.flags_for(v))
+            if refusal(flags, space.file.gpus_per_trial) is None:
+                sizes.add(gpus_needed(flags))
+        sizes = sizes if len(sizes) > 1 else {space.file.gpus_per_trial}
+    return sorted(sizes)
+
+
+def slot_gpus(space: SearchSpace) -> int:
+    """GPUs per GPU group (slot): ``gpus_per_trial``, or with searched parallel sizes the largest that
+    divides every size, so a trial of N GPUs takes N / slot_gpus groups of one node."""
+    return math.gcd(*gpu_sizes(space))
+
+
+def trial_gpus(space: SearchSpace, flags: dict[str, Any]) -> int:
+    """GPUs one trial of ``space`` with these settings holds: what SGLang uses when the space searches
+    parallel sizes, else ``gpus_per_trial``."""
+    return gpus_needed(flags) if len(gpu_sizes(space)) > 1 else space.file.gpus_per_trial
+
+
+def _smallest_causes(params: list[Param], refused: set[tuple[Any, ...]]) -> list[tuple[tuple[int, Any], ...]]:
+    """The refused combinations as the fewest settings that refuse them whatever the others are
+    (``tp_size 1`` with ``ep_size 8`` is refused at any ``dp_size``): so a sampler that picks one setting
+    at a time sees the conflict as soon as its second setting is picked."""
+    domains = [p.values() or [] for p in params]
+    left = set(refused)
+    causes: list[tuple[tuple[int, Any], ...]] = []
+    for size in range(1, len(params) + 1):
+        for positions in itertools.combinations(range(len(params)), size):
+            for values in itertools.product(*(domains[i] for i in positions)):
+                matching = {c for c in refused if all(c[i] == v for i, v in zip(positions, values, strict=True))}
+                if matching & left and len(matching) == math.prod(
+                        len(domains[i]) for i in range(len(params)) if i not in positions):
+                    causes.append(tuple(zip(positions, values, strict=True)))
+                    left -= matching
+    return causes
 
 
 def _where(param: Param, value: Any) -> str:

@@ -18,10 +18,11 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
 from core.errors import StoreError
-from core.types import Config, FailureKind, KernelProfile, RunStatus, TrialResult
+from core.types import Config, FailureKind, KernelProfile, Objective, RunStatus, TrialResult
 from db.location import Database, database
 from db.store import RunRow, Store, SweepRow
 from tuner.export import launch_script
+from tuner.parallelism import gpus_needed
 from workers.notices import notices_in
 
 INFEASIBLE_VALUE = 0.0
@@ -150,4 +151,8 @@ class Recorder:
             return
         trial.set_constraint("failed", violation)
         study._storage.set_trial_system_attr(trial._trial_id, "constraints", [violation])
-        study.tell(trial, run.tok_s if violation == 0.0 and run.tok_s is not None else INFEASIBLE_VALUE)
+        value = INFEASIBLE_VALUE
+        if violation == 0.0 and run.tok_s is not None:
+            per_gpu = self.sweep.objective == Objective.PER_GPU
+            value = run.tok_s / gpus_needed(run.flags) if per_gpu else run.tok_s
+        study.tell(trial, value)

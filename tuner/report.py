@@ -125,10 +125,10 @@ def best_vs_baseline_figure(results: SweepResults) -> go.Figure | None:
     if best is None:
         return None
     names = [f"best (trial {best.trial_number})"]
-    values = [results.score(best)]
+    values = [results.median(best)]
     if base is not None and base.tok_s:
         names.insert(0, f"baseline (trial {base.trial_number})")
-        values.insert(0, results.score(base))
+        values.insert(0, results.median(base))
     scale = results.sweep.time_scale or 1.0
     if results.sweep.roofline_tok_s:
         names.append("roofline")

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import StudyError
-from core.types import RunStatus
+from core.types import Objective, RunStatus
 from db.store import RunRow, Store, SweepRow
+from tuner.parallelism import gpus_needed
 from workers.notices import Notice, notices_in
 
 
@@ -43,8 +44,18 @@ class SweepResults:
         return [r.tok_s for r in self.runs
                 if r.config_key == config_key and r.status == RunStatus.OK and r.tok_s is not None]
 
+    @property
+    def per_gpu(self) -> bool:
+        """The sweep ranks by tok/s@C16 per GPU (``objective: per_gpu``)."""
+        return self.sweep.objective == Objective.PER_GPU
+
     def score(self, run: RunRow) -> float:
-        """A configuration's tok/s@C16: the median of its measurements."""
+        """What the sweep ranks by: the median of a configuration's tok/s@C16 measurements, per GPU when
+        the objective says so."""
+        return self.median(run) / gpus_needed(run.flags) if self.per_gpu else self.median(run)
+
+    def median(self, run: RunRow) -> float:
+        """A configuration's tok/s@C16 of one server: the median of its measurements."""
         return statistics.median(self.samples(run.config_key) or [0.0])
 
     def measured(self) -> list[RunRow]:
@@ -74,6 +85,20 @@ class SweepResults:
     def baseline(self) -> RunRow | None:
         """The baseline run (base settings only)."""
         return next((r for r in self.runs if r.baseline and r.status in (RunStatus.OK, RunStatus.INFEASIBLE)), None)
+
+    def gpu_busy(self) -> tuple[float, int] | None:
+        """(share of GPU-time that launched trials held their GPUs, GPUs) from the first launch's start to
+        the last one's end; None without two launches with GPUs and times."""
+        runs = [r for r in self.runs if r.status.launched and r.gpu_ids and r.started_at and r.finished_at]
+        if len(runs) < 2:
+            return None
+        gpus = {(r.node, g) for r in runs for g in r.gpu_ids}
+        start = min(r.started_at for r in runs if r.started_at)
+        end = max(r.finished_at for r in runs if r.finished_at)
+        span = (end - start).total_seconds() * len(gpus)
+        held = sum(len(r.gpu_ids) * (r.finished_at - r.started_at).total_seconds() for r in runs
+                   if r.finished_at and r.started_at)
+        return (held / span if span > 0 else 0.0), len(gpus)
 
     def failures_by_kind(self) -> dict[str, int]:
         """How many launched runs failed, per failure kind."""

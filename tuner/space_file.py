@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import ConfigError
-from core.types import BenchConfig, GatePrompt
+from core.types import BenchConfig, GatePrompt, Objective
 from core.validation import format_validation_error, parse_yaml, read_text
 
 Scalar = str | int | float | bool
@@ -123,6 +123,7 @@ class SpaceFile(_Strict):
     benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec)
     gate: GateSpec = Field(default_factory=GateSpec)
     roofline: RooflineSpec | None = None
+    objective: Objective = Objective.PER_SERVER  # per_gpu: tok/s@C16 divided by the GPUs a server uses
     slo: str | None = None  # e.g. "ttft_p99<2s,itl_p99<50ms,per_user_tok_s>30" (core.slo); --slo overrides
 
     @field_validator("gpu")

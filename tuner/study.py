@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -32,42 +31,35 @@ from db.location import check as check_database
 from db.location import database
 from db.store import Store, SweepRow
 from tuner.failure_rules import RuleBook
+from tuner.follow_up import PROFILE_STEPS, confirm_leaders, profile_best
+from tuner.gpu_pool import GpuPool
 from tuner.launchers import launcher_for
 from tuner.launchers.base import Finished, Launcher, Slot
 from tuner.live import GroupView, SweepView
+from tuner.parallelism import gpu_sizes, slot_gpus
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
-from tuner.results import SweepResults
 from tuner.sampler import check_strategy, make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace
 from tuner.space_loader import apply_hardware, check_flags, load_space
 from tuner.study_db import check_resumable, distinct_configurations, open_study
 from tuner.sweep_control import LOOP_POLLS, STOP, SweepInterrupted
-from tuner.sweep_state import Flight, Pending, Quota, SweepOptions, carried_attrs, fixed_params, interrupted_result
+from tuner.sweep_state import (
+    Context,
+    Flight,
+    Pending,
+    Quota,
+    SweepOptions,
+    carried_attrs,
+    fixed_params,
+    interrupted_result,
+)
 from tuner.watchdog import start_watchdog, stop_watchdog
 from workers.node import NodeInfo
 
 MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
-CONFIRM_ROUNDS = 3  # --confirm: a confirmation that reorders the leaders brings the new ones in, this often
 DRIVER_ATTR = "driver"  # a trial's system attribute: the driver that asked for it
 WAIT_S = 0.5  # how long one wait for results blocks before the live view is refreshed
-PROFILE_STEPS = 20  # --profile-best: decode steps recorded under the profiler (as the seed campaign did)
-
-
-@dataclass
-class Context:
-    """What one sweep run works with."""
-
-    study: optuna.Study
-    sweep: SweepRow
-    space: SearchSpace
-    launcher: Launcher
-    node: NodeInfo
-    slots: list[Slot]
-    view: SweepView
-    rules: RuleBook
-    distinct: float
-    coord: Coordination
 
 
 LauncherFactory = Callable[[SearchSpace, SweepOptions], Launcher]
@@ -109,9 +101,9 @@ class Sweep:
                     self._recover(ctx)
                     self._loop(ctx, Quota(self.opts.budget))
                     if self.opts.confirm:
-                        self._confirm(ctx)
+                        confirm_leaders(ctx, self.store, self._loop, self.opts.budget, self.opts.confirm)
                     if self.opts.profile_best:
-                        self._profile_best(ctx)
+                        profile_best(ctx, self.store, self._loop, self.opts.budget)
             finally:
                 ctx.coord.leave()
             return ctx.sweep
@@ -134,7 +126,7 @@ class Sweep:
             gpu_name=gpu.name if gpu else "unknown", gpu_arch=arch, gpu_count=space.file.gpus_per_trial,
             driver=gpu.driver if gpu else "unknown", hosts=sorted({s.host for s in slots}),
             budget=self.opts.budget, roofline_tok_s=space.file.roofline.tok_s if space.file.roofline else None,
-            time_scale=node.time_scale)
+            time_scale=node.time_scale, objective=space.file.objective.value)
         rules = RuleBook(space)
         sampler = make_sampler(space, rules, self.opts.seed, self.opts.sampler)
         study = open_study(self.opts.db_path, name, sampler)
@@ -145,12 +137,16 @@ class Sweep:
         view.groups = [GroupView(s.label) for s in slots]
         coord = Coordination(self.store.engine, sweep.id, str(self.store.db))
         coord.register()
-        return Context(study, sweep, space, launcher, node, slots, view, rules, distinct_configurations(space), coord)
+        return Context(study, sweep, space, launcher, node, slots, view, rules, distinct_configurations(space), coord,
+                       slot_gpus(space), len(gpu_sizes(space)) > 1)
 
     def _announce(self, ctx: Context) -> None:
         view, node = ctx.view, ctx.node
-        view.log(f"study {ctx.sweep.study_name}: {len(ctx.slots)} group(s) of {ctx.space.file.gpus_per_trial} "
-                 f"GPU(s), SGLang {node.sglang_version} ({node.table.source}), GPU {ctx.sweep.gpu_arch or 'unknown'}"
+        sizes = "/".join(map(str, gpu_sizes(ctx.space))) if ctx.mixed else ""
+        view.log(f"study {ctx.sweep.study_name}: {len(ctx.slots)} group(s) of {ctx.slot_gpus} GPU(s)"
+                 + (f" (a trial takes {sizes} GPUs as its settings need, one node's groups; objective "
+                    f"{ctx.space.file.objective})" if ctx.mixed else "")
+                 + f", SGLang {node.sglang_version} ({node.table.source}), GPU {ctx.sweep.gpu_arch or 'unknown'}"
                  + (", offline (the scenario's model, no servers)" if self.opts.offline else ""))
         for s in ctx.slots:
             view.log(f"group {s.index}: {s.host} ({s.detail}), GPUs {','.join(s.gpu_ids)}")
@@ -178,44 +174,12 @@ class Sweep:
             if self.store.run(ctx.sweep.id, t.number) is None:
                 study.enqueue_trial(t.params, user_attrs={**carried_attrs(t.user_attrs), "retry_of": t.number})
 
-    def _confirm(self, ctx: Context) -> None:
-        """Measure the ``confirm`` best configurations once more, until the ``confirm`` best by median
-        have all been measured twice (a confirmation that drops its configuration down the ranking
-        brings the new leader in), at most ``CONFIRM_ROUNDS`` rounds."""
-        for done_rounds in range(CONFIRM_ROUNDS + 1):
-            results = SweepResults(ctx.sweep, self.store.runs(ctx.sweep.id))
-            leaders = [r for r in results.ranked()[: self.opts.confirm]
-                       if r.status == RunStatus.OK and len(results.samples(r.config_key)) < 2]
-            if not leaders:
-                return
-            if done_rounds == CONFIRM_ROUNDS:
-                ctx.view.log(f"after {CONFIRM_ROUNDS} confirmation rounds the ranking still moves; "
-                             "the best may rest on one measurement")
-                return
-            ctx.view.log(f"confirming {len(leaders)} of the {self.opts.confirm} best configuration(s) "
-                         "with a second measurement")
-            for run in leaders:
-                ctx.study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number,
-                                                                "baseline": run.baseline})
-            self._loop(ctx, Quota(self.opts.budget, confirmations=len(leaders)))
-
-    def _profile_best(self, ctx: Context) -> None:
-        """One more launch of the best configuration: the benchmark again (a second reading of it),
-        then ``PROFILE_STEPS`` decode steps under SGLang's profiler; its top kernels are recorded."""
-        best = SweepResults(ctx.sweep, self.store.runs(ctx.sweep.id)).best()
-        if best is None:
-            ctx.view.log("--profile-best: no configuration was measured; nothing to profile")
-            return
-        ctx.view.log(f"profiling the best configuration (trial {best.trial_number}): {PROFILE_STEPS} decode steps "
-                     "under SGLang's profiler")
-        ctx.study.enqueue_trial(best.params, user_attrs={"repeat_of": best.trial_number, "baseline": best.baseline,
-                                                        "profile": True})
-        self._loop(ctx, Quota(self.opts.budget, confirmations=1))
-
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, ctx: Context, quota: Quota) -> None:
         """Launch until the quota is spent (or the space exhausted), collecting results as they come."""
-        flight = Flight(idle=list(ctx.slots), need_baseline=self._needs_baseline(ctx))
+        flight = Flight(pool=GpuPool(ctx.slots), need_baseline=self._needs_baseline(ctx))
+        if ctx.mixed:
+            flight.pool.check_fits(max(gpu_sizes(ctx.space)) // ctx.slot_gpus)
         LOOP_POLLS.set()
         try:
             while True:
@@ -261,17 +225,33 @@ class Sweep:
             t.user_attrs.get("baseline") for t in queued)
 
     def _fill(self, ctx: Context, flight: Flight, quota: Quota) -> int:
-        """Give idle slots trials while the quota allows; returns the launches counted so far."""
+        """Give idle slots trials while the quota allows (held trials first, as their blocks come free);
+        returns the launches counted so far."""
         while True:
+            self._place_held(ctx, flight)
             launched = self.store.count_launched(ctx.sweep.id)
             exhausted = quota.confirmations is None and (
                 flight.answered_in_a_row >= MAX_CONSECUTIVE_REPEATS or launched >= ctx.distinct)
-            if not flight.idle or flight.budget_spent or exhausted or not quota.open(
+            if not flight.may_propose() or flight.budget_spent or exhausted or not quota.open(
                     launched + ctx.coord.committed()):  # every driver's launches under way
                 return launched
             pending = self._propose(ctx, flight, quota)
-            if pending is not None:
+            if pending is None:
+                continue
+            if flight.place(pending, ctx.launcher.now()):
+                for held in flight.held:  # a smaller trial went ahead of the held ones
+                    held.passed_over += 1
                 self._launch(ctx, flight, pending)
+            else:
+                flight.held.append(pending)
+                flight.pending[pending.trial.number] = pending
+
+    def _place_held(self, ctx: Context, flight: Flight) -> None:
+        """Launch the held trials whose block of slots is free now, oldest first."""
+        for p in list(flight.held):
+            if flight.place(p, ctx.launcher.now()):
+                flight.held.remove(p)
+                self._launch(ctx, flight, p)
 
     def _propose(self, ctx: Context, flight: Flight, quota: Quota) -> Pending | None:
         """Ask for a trial; None when it was answered without a launch (forbidden, learned, measured)."""
@@ -300,8 +280,9 @@ class Sweep:
         if repeat_of is not None and quota.confirmations is not None:
             quota.confirmations -= 1
         flight.answered_in_a_row = 0
-        return Pending(trial, config, flight.take_slot(config), baseline, trial.user_attrs.get("retry_of"), repeat_of,
-                       bool(trial.user_attrs.get("remeasure")), bool(trial.user_attrs.get("profile")))
+        return Pending(trial, config, (), baseline, trial.user_attrs.get("retry_of"), repeat_of,
+                       bool(trial.user_attrs.get("remeasure")), bool(trial.user_attrs.get("profile")),
+                       slots_needed=ctx.slots_for(config))
 
     def _answered(self, ctx: Context, flight: Flight, trial: optuna.Trial, config: Config) -> bool:
         """Answer a proposal without a launch when a learned rule covers it, the store measured it, or
@@ -345,15 +326,17 @@ class Sweep:
         spec = TrialSpec(trial_number=p.trial.number, config=p.config, engine=ctx.launcher.engine,
                          bench=space.bench_config(best), gate=space.gate_config(),
                          startup_timeout_s=space.file.startup_timeout_s, log_dir=str(self._log_dir(ctx.sweep)),
-                         profile_steps=PROFILE_STEPS if p.profile else 0)
+                         profile_steps=PROFILE_STEPS if p.profile else 0,
+                         gpu_ids=p.gpu_ids if len(p.slots) > 1 else ())
         ctx.launcher.submit(p.slot.index, spec)
+        p.sent_at = time.time()
         flight.pending[p.trial.number] = p
-        ctx.view.started(p.slot.index, p.trial.number, p.config.params)
+        ctx.view.started(p.slot.index, p.trial.number, p.config.params, joined=[s.index for s in p.slots[1:]])
 
     def _complete(self, ctx: Context, flight: Flight, done: Finished) -> None:
         """Record a result, free its slot, answer the proposals that waited for its configuration."""
         p = flight.pending.pop(done.result.trial_number)
-        flight.idle.append(ctx.slots[done.slot])
+        flight.free(p, done.result.finished_at - done.result.started_at)
         self._finish(ctx, p, judged(done.result, self.slos))  # outside an objective: infeasible
         key = p.config.key()
         for trial, config in flight.waiting_on.pop(key, []):
@@ -404,6 +387,9 @@ class Sweep:
         ctx.view.log(f"{why}: stopping every server ...")
         ctx.launcher.stop_all()
         self._infra_failures = -len(flight.pending)  # these interruptions are not more evidence
+        for p in flight.held:  # never launched: nothing to wait for
+            self._finish(ctx, flight.pending.pop(p.trial.number), interrupted_result(p, ctx.node, why))
+        flight.held.clear()
         deadline = time.monotonic() + 60
         while flight.pending and time.monotonic() < deadline:
             for done in ctx.launcher.wait(min(5.0, max(deadline - time.monotonic(), 0.1))):

@@ -1,16 +1,28 @@
-"""The sweep loop's state: what `tuner sweep` was asked, trials in flight, and how many may start."""
+"""The sweep loop's state: what `tuner sweep` was asked, what one run works with, trials in flight, and
+how many may start."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 
 from core.types import Config, FailureKind, TrialResult
-from tuner.launchers.base import Slot
+from db.coordination import Coordination
+from db.store import SweepRow
+from tuner.failure_rules import RuleBook
+from tuner.gpu_pool import Durations, GpuPool, may_backfill, reservation
+from tuner.launchers.base import Launcher, Slot
+from tuner.live import SweepView
+from tuner.parallelism import trial_gpus
+from tuner.space import SearchSpace
 from workers.node import NodeInfo
+
+MAX_HELD = 4  # proposals waiting for a block of GPU groups at once
+MAX_PASSED_OVER = 8  # smaller trials that may start ahead of the oldest held one (estimates can be wrong)
 
 
 @dataclass(frozen=True)
@@ -34,18 +46,52 @@ class SweepOptions:
 
 
 @dataclass
+class Context:
+    """What one sweep run works with."""
+
+    study: optuna.Study
+    sweep: SweepRow
+    space: SearchSpace
+    launcher: Launcher
+    node: NodeInfo
+    slots: list[Slot]
+    view: SweepView
+    rules: RuleBook
+    distinct: float
+    coord: Coordination
+    slot_gpus: int = 1  # GPUs per slot (tuner.parallelism.slot_gpus)
+    mixed: bool = False  # the space searches parallel sizes: a trial takes as many slots as it needs
+
+    def slots_for(self, config: Config) -> int:
+        """Slots (GPU groups of one node) a trial of ``config`` holds."""
+        return trial_gpus(self.space, config.flags) // self.slot_gpus if self.mixed else 1
+
+
+@dataclass
 class Pending:
-    """A trial in flight on a slot."""
+    """A trial in flight on its slots, or held until a block of ``slots_needed`` slots is free."""
 
     trial: optuna.Trial
     config: Config
-    slot: Slot
+    slots: tuple[Slot, ...]  # empty while held
     baseline: bool
     retry_of: int | None
     repeat_of: int | None
     remeasure: bool = False
     profile: bool = False
+    slots_needed: int = 1
+    passed_over: int = 0  # launches of smaller trials that went ahead of it while it was held
     sent_at: float = field(default_factory=time.time)
+
+    @property
+    def slot(self) -> Slot:
+        """The slot whose group runs the server (the first of the block)."""
+        return self.slots[0]
+
+    @property
+    def gpu_ids(self) -> tuple[str, ...]:
+        """Every GPU of the trial's slots."""
+        return tuple(g for s in self.slots for g in s.gpu_ids)
 
 
 @dataclass
@@ -64,36 +110,61 @@ class Quota:
 
 @dataclass
 class Flight:
-    """The loop's moving parts: trials in flight, idle slots, and asks answered without a launch."""
+    """The loop's moving parts: trials in flight or held, the GPU groups, asks answered without a launch."""
 
-    idle: list[Slot]
-    pending: dict[int, Pending] = field(default_factory=dict)  # by trial number
+    pool: GpuPool
+    pending: dict[int, Pending] = field(default_factory=dict)  # by trial number, held ones included
+    held: list[Pending] = field(default_factory=list)  # proposed, waiting for a block of slots (oldest first)
     waiting_on: dict[str, list[tuple[optuna.Trial, Config]]] = field(default_factory=dict)  # config key
     elsewhere: dict[str, list[tuple[optuna.Trial, Config]]] = field(default_factory=dict)  # other drivers'
     answered_in_a_row: int = 0
     need_baseline: bool = False
     budget_spent: bool = False  # a claim found the budget committed by every driver's launches
-
-    warm: dict[int, Any] = field(default_factory=dict)  # slot index -> the checkpoint it loaded last
+    durations: Durations = field(default_factory=Durations)  # how long trials of each size held their slots
+    ends: dict[int, float] = field(default_factory=dict)  # busy slot index -> its trial's expected end
 
     def in_flight(self, key: str) -> bool:
-        """Is a configuration with this key running now?"""
+        """Is a configuration with this key running (or held) now?"""
         return any(p.config.key() == key for p in self.pending.values())
 
-    def take_slot(self, config: Config) -> Slot:
-        """An idle slot for ``config``: one that loaded the same checkpoint last (its files are in that
-        node's page cache, so the server loads faster), else the first idle one."""
-        checkpoint = config.flags.get("model_path")
-        slot = next((s for s in self.idle if checkpoint is not None and self.warm.get(s.index) == checkpoint),
-                    self.idle[0])
-        self.idle.remove(slot)
-        self.warm[slot.index] = checkpoint
-        return slot
+    def place(self, p: Pending, now: float) -> bool:
+        """Give ``p`` a block of slots if one is free and starting it there does not delay the oldest
+        held trial (EASY backfilling, :mod:`tuner.gpu_pool`); one that loaded its checkpoint last first."""
+        allowed: Callable[[tuple[Slot, ...]], bool] | None = None
+        if self.held and self.held[0] is not p:
+            reserved, starts_at = reservation(self.pool, self.held[0].slots_needed, self.ends, now)
+            expected = self.durations.expect(p.slots_needed)
+
+            def allowed(block: tuple[Slot, ...]) -> bool:
+                return may_backfill(block, reserved, starts_at, now, expected)
+
+        slots = self.pool.take(p.config.flags.get("model_path"), p.slots_needed, allowed)
+        if slots is None:
+            return False
+        p.slots = slots
+        for slot in slots:
+            self.ends[slot.index] = now + (self.durations.expect(p.slots_needed) or 0.0)
+        return True
+
+    def free(self, p: Pending, held_s: float) -> None:
+        """``p`` ended after holding its slots ``held_s`` seconds: they are idle again."""
+        self.durations.add(p.slots_needed, held_s)
+        for slot in p.slots:
+            self.ends.pop(slot.index, None)
+        self.pool.release(p.slots)
+
+    def may_propose(self) -> bool:
+        """Another proposal may be made: a slot is idle, few trials are held, and the oldest held one has
+        not been passed over too often (then the groups drain until it fits)."""
+        if not self.pool.idle or len(self.held) >= MAX_HELD:
+            return False
+        return not self.held or self.held[0].passed_over < MAX_PASSED_OVER
 
 
 def interrupted_result(p: Pending, node: NodeInfo, why: str) -> TrialResult:
     """The result of a trial that was stopped before it could report one."""
-    return TrialResult.unreported(p.trial.number, p.config, node=p.slot.host, gpu_ids=p.slot.gpu_ids,
+    return TrialResult.unreported(p.trial.number, p.config, node=p.slot.host if p.slots else node.host,
+                                  gpu_ids=p.gpu_ids,
                                   sglang_version=node.sglang_version, started_at=p.sent_at,
                                   kind=FailureKind.INTERRUPTED, reason=why)
 

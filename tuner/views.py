@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.types import RunStatus
+from tuner.parallelism import gpu_sizes, gpus_needed, slot_gpus
 from tuner.space import Param, SearchSpace
 
 
@@ -39,12 +40,16 @@ def print_validation(console: Console, space: SearchSpace, version: str, arch: s
     size = "continuous (infinite)" if math.isinf(card) else f"{card:,}"
     written = len(space.file.forbid)
     derived = len(space.forbid) - written
-    parallel = f" + {derived} parallel-size combination(s) SGLang refuses" if derived else ""
+    parallel = f" + {derived} rule(s) for the parallel sizes SGLang refuses" if derived else ""
     console.print(f"SGLang {version}, GPU {arch or 'any (no hardware rules applied)'}: "
                   f"[bold]{size}[/bold] configurations after {written} forbid rule(s){parallel}"
                   f" and hardware rules")
     for pruned in space.pruned:
         console.print(f"  pruned {pruned.reason}", soft_wrap=True)
+    sizes = gpu_sizes(space)
+    if len(sizes) > 1:
+        console.print(f"servers of {'/'.join(map(str, sizes))} GPUs: each trial holds the GPUs its settings need "
+                      f"(GPU groups of {slot_gpus(space)}); objective {space.file.objective}")
 
 
 def fmt_num(value: Any, digits: int = 1) -> str:
@@ -85,11 +90,16 @@ def print_bench(console: Console, result: Any, url: str) -> None:
 def _result_cell(run: Any, time_scale: float, results: Any = None) -> str:
     if run.tok_s is not None and run.status in (RunStatus.OK, RunStatus.CACHED):
         samples = results.samples(run.config_key) if results is not None and run.repeat_of is None else []
-        value = results.score(run) if len(samples) > 1 else run.tok_s
+        value = results.median(run) if len(samples) > 1 else run.tok_s
         modelled = f" ({value / time_scale:.2f})" if time_scale != 1 else ""
         early = " early-stopped" if (run.metrics or {}).get("early_stopped") else ""
         confirmed = f" median of {len(samples)}: " + "/".join(f"{v:.1f}" for v in samples) if len(samples) > 1 else ""
-        return f"{value:.1f}{modelled}{early}{confirmed}"
+        per_gpu = ""
+        if results is not None and results.per_gpu:
+            gpus = gpus_needed(run.flags)
+            per_gpu = f"; {value / gpus:.1f}{f' ({value / gpus / time_scale:.2f})' if time_scale != 1 else ''} " \
+                      f"per GPU of {gpus}"
+        return f"{value:.1f}{modelled}{early}{confirmed}{per_gpu}"
     return "-"
 
 
@@ -113,7 +123,7 @@ def runs_table(results: Any, limit: int | None = None) -> Table:
             what += f"\n[red]{run.failure_kind or run.status}[/red]: {run.failure_reason[:160]}"
         status = run.status + (f" (= #{run.cached_from})" if run.cached_from is not None else "") + (
             f" (repeat of #{run.repeat_of})" if run.repeat_of is not None else "")
-        share = ([f"{results.score(run) / scale / roofline:.1%}" if run.status == RunStatus.OK and run.tok_s else "-"]
+        share = ([f"{results.median(run) / scale / roofline:.1%}" if run.status == RunStatus.OK and run.tok_s else "-"]
                  if roofline else [])
         table.add_row(str(run.trial_number), status, _result_cell(run, scale, results), *share, fmt_num(ttft),
                       fmt_num(run.startup_s), what)
@@ -129,7 +139,8 @@ def print_summary(console: Console, results: Any) -> None:
         console.print("[red]no feasible configuration measured[/red]")
     else:
         best_tok_s = results.score(best)
-        line = f"best: trial {best.trial_number} at {_result_cell(best, scale, results)} tok/s@C16"
+        line = f"best{' per GPU' if results.per_gpu else ''}: trial {best.trial_number} at " \
+               f"{_result_cell(best, scale, results)} tok/s@C16"
         if base is not None and base.trial_number == best.trial_number:
             line += " - the baseline itself: no sampled configuration beat the base settings"
         elif base is not None and base.tok_s:
@@ -138,10 +149,15 @@ def print_summary(console: Console, results: Any) -> None:
         elif base is not None:
             line += f"; the baseline failed ({base.failure_kind})"
         if sweep.roofline_tok_s:
-            line += f"; {best_tok_s / scale / sweep.roofline_tok_s:.1%} of the {sweep.roofline_tok_s:g} tok/s roofline"
+            line += f"; {results.median(best) / scale / sweep.roofline_tok_s:.1%} of the {sweep.roofline_tok_s:g} " \
+                    "tok/s roofline"
         console.print(line)
         console.print("  " + (" ".join(f"{k}={v}" for k, v in best.params.items()) or "base settings only"),
                       markup=False)
+    busy = results.gpu_busy()
+    if busy is not None and len({len(r.gpu_ids) for r in results.runs if r.gpu_ids}) > 1:
+        console.print(f"GPUs busy {busy[0]:.1%} of the sweep's time on {busy[1]} GPUs (trials of "
+                      + "/".join(map(str, sorted({len(r.gpu_ids) for r in results.runs if r.gpu_ids}))) + " GPUs)")
     kinds = results.failures_by_kind()
     if kinds:
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))

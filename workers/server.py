@@ -54,8 +54,12 @@ class ServerProcess:
     """A launched server. Use as a context manager or call ``stop()`` yourself."""
 
     def __init__(self, cmd: LaunchCommand, log_path: str | Path, *, url: str,
-                 sweep_process_group: bool = False, api_key: str | None = None) -> None:
+                 sweep_process_group: bool = False, api_key: str | None = None,
+                 visible_gpus: tuple[str, ...] = ()) -> None:
+        """``visible_gpus``: the GPUs the server may use (CUDA_VISIBLE_DEVICES) when they are more than
+        the ones Ray gave this process (a trial spanning several GPU groups)."""
         self.cmd = cmd
+        self.visible_gpus = visible_gpus
         self.headers = auth_headers(api_key)
         self.url = url
         self.log_path = Path(log_path)
@@ -68,6 +72,8 @@ class ServerProcess:
         """Spawn the server (stdout+stderr to the log file)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.cmd.env}
+        if self.visible_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.visible_gpus)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(list(self.cmd.argv), env=env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)

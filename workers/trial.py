@@ -97,7 +97,8 @@ class TrialRunner:
 
         def result(**fields: Any) -> TrialResult:
             return TrialResult(trial_number=spec.trial_number, config_key=spec.config.key(),
-                               sglang_version=self.table.version, node=self.node, gpu_ids=self.gpu_ids,
+                               sglang_version=self.table.version, node=self.node,
+                               gpu_ids=spec.gpu_ids or self.gpu_ids,
                                started_at=started, finished_at=time.time(), **fields)
 
         port = free_port()
@@ -108,7 +109,7 @@ class TrialRunner:
                           failure_reason=str(exc))
         server = ServerProcess(cmd, Path(spec.log_dir) / f"trial-{spec.trial_number:04d}.log",
                                url=f"http://127.0.0.1:{port}", sweep_process_group=self.sweep_process_group,
-                               api_key=_api_key(spec))
+                               api_key=_api_key(spec), visible_gpus=spec.gpu_ids)
         try:
             out = self._measure(spec, server, phase)
         finally:

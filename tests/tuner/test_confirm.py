@@ -11,8 +11,8 @@ from pathlib import Path
 from core.types import Config
 from tests.conftest import FIXTURES
 from tests.scripted import scripted_sweep
+from tuner.follow_up import CONFIRM_ROUNDS
 from tuner.results import SweepResults
-from tuner.study import CONFIRM_ROUNDS
 from tuner.sweep_state import SweepOptions
 
 

@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from core.types import LaunchCommand
 from tests.conftest import wait_for
 from workers.server import ServerProcess, free_port
@@ -103,3 +105,16 @@ def test_startup_time_does_not_count_health_generates_own_generation(tmp_path: P
         server.stop()
     assert waited >= 1.5  # the readiness probe itself took its 1.5 s ...
     assert startup <= waited - 1.4  # ... which startup_s leaves out
+
+
+def test_a_trial_spanning_several_groups_sees_all_their_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")  # what Ray gave the actor of the block's first group
+    show = "import os; print('visible', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)"
+    cmd = LaunchCommand(argv=(sys.executable, "-c", show), env={})
+    spanning = ServerProcess(cmd, tmp_path / "a.log", url="http://127.0.0.1:9", visible_gpus=("4", "5", "6", "7"))
+    own = ServerProcess(cmd, tmp_path / "b.log", url="http://127.0.0.1:9")
+    for server in (spanning, own):
+        server.start()
+        wait_for(lambda s=server: not s.alive(), 30, "the process to exit")
+    assert "visible 4,5,6,7" in spanning.read_log()
+    assert "visible 4\n" in own.read_log()

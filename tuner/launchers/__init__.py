@@ -19,13 +19,16 @@ if TYPE_CHECKING:
 
 def launcher_for(space: SearchSpace, opts: SweepOptions) -> Launcher:
     """The offline model with ``--offline``, else GPU groups on Ray."""
+    from tuner.parallelism import slot_gpus
+
     engine = space.engine(opts.sglang_python)
+    group_gpus = slot_gpus(space)  # gpus_per_trial, or less when the space searches parallel sizes
     if opts.offline:
         from tuner.launchers.offline import OfflineLauncher
 
-        return OfflineLauncher(engine, space.file.gpus_per_trial, gpus=opts.gpus, max_groups=opts.max_groups,
+        return OfflineLauncher(engine, group_gpus, gpus=opts.gpus, max_groups=opts.max_groups,
                                seed=opts.seed)
     from tuner.launchers.ray_groups import RayLauncher
 
-    return RayLauncher(engine, space.file.gpus_per_trial, address=opts.address, gpus=opts.gpus,
+    return RayLauncher(engine, group_gpus, address=opts.address, gpus=opts.gpus,
                        max_groups=opts.max_groups)

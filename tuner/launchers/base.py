@@ -57,6 +57,10 @@ class Launcher(Protocol):
         """Results that are ready, waiting up to ``timeout_s`` for the first one ([] on timeout)."""
         ...
 
+    def now(self) -> float:
+        """The clock trials are timed by (epoch seconds; the offline launcher's is virtual)."""
+        ...
+
     def phases(self) -> dict[int, Phase]:
         """What each busy slot is doing now (best effort, may be empty)."""
         ...

@@ -84,7 +84,7 @@ class OfflineLauncher:
         result = TrialResult(
             trial_number=spec.trial_number, config_key=spec.config.key(), argv=cmd.argv, env=dict(cmd.env),
             sglang_version=self.model.table.version, node=self.host,
-            gpu_ids=tuple(str(slot * k + j) for j in range(k)), started_at=self.clock,
+            gpu_ids=spec.gpu_ids or tuple(str(slot * k + j) for j in range(k)), started_at=self.clock,
             finished_at=self.clock + modelled.duration_s, startup_s=modelled.startup_s, bench=bench,
             failure_kind=modelled.failure_kind, failure_reason=modelled.failure_reason,
             log_tail="\n".join(modelled.log.splitlines()[-20:]), server_log=modelled.log,
@@ -105,6 +105,10 @@ class OfflineLauncher:
         item = heapq.heappop(self._queue)
         self.clock = max(self.clock, item.ends_at)
         return [item.finished]
+
+    def now(self) -> float:
+        """The virtual clock (the end of the last trial returned)."""
+        return self.clock
 
     def phases(self) -> dict[int, Phase]:
         """Nothing to show: offline trials have no phases."""

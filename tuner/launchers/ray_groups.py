@@ -80,6 +80,10 @@ class RayLauncher:
                 self.cluster.groups[sent.slot] = group
             return Finished(sent.slot, result)
 
+    def now(self) -> float:
+        """Wall-clock time."""
+        return time.time()
+
     def phases(self) -> dict[int, Phase]:
         """Each actor's ``status()`` (empty if they do not answer within 2 s)."""
         import ray
