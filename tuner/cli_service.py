@@ -50,6 +50,7 @@ def submit(
     sampler: Annotated[str | None, typer.Option(help="Search strategy (see `tuner sweep --help`).")] = None,
     slo: Annotated[str | None, typer.Option(help="Objectives, as for `tuner sweep --slo`.")] = None,
     sglang_python: Annotated[str | None, typer.Option(help="Python that has SGLang on the GPU nodes.")] = None,
+    profile_best: Annotated[bool, typer.Option(help="Then profile the best (see `tuner sweep --help`).")] = False,
 ) -> None:
     """Submit a sweep to a Ray cluster as a Ray Job and return: it runs on without this terminal."""
     from tuner.service import submit as submit_job
@@ -57,7 +58,8 @@ def submit(
 
     out = _out[0]
     extra = [*_opt("--confirm", confirm or None), *_opt("--groups", groups), *_opt("--seed", seed),
-             *_opt("--sampler", sampler), *_opt("--slo", slo), *_opt("--sglang-python", sglang_python)]
+             *_opt("--sampler", sampler), *_opt("--slo", slo), *_opt("--sglang-python", sglang_python),
+             *(["--profile-best"] if profile_best else [])]
 
     def go() -> None:
         job = submit_job(address, space, db, study or load_space(space).name, budget, extra)

@@ -26,13 +26,13 @@ class Point:
 
 
 def points(results: SweepResults) -> list[Point]:
-    """Every measured configuration with a TTFT p99, fastest first."""
+    """Every measured configuration with a TTFT p99 and its median tok/s@C16 of one server."""
     out = []
     for run in results.measured():
         metrics = run.metrics or {}
         ttft = (metrics.get("ttft_ms") or {}).get("p99")
         if isinstance(ttft, int | float):
-            out.append(Point(run, results.score(run), float(ttft), float(metrics.get("per_user_tok_s") or 0.0)))
+            out.append(Point(run, results.median(run), float(ttft), float(metrics.get("per_user_tok_s") or 0.0)))
     return out
 
 
@@ -43,6 +43,12 @@ def front(results: SweepResults) -> list[Point]:
         if not out or p.ttft_p99_ms < out[-1].ttft_p99_ms:
             out.append(p)
     return out
+
+
+def front_lines(results: SweepResults) -> list[str]:
+    """The front as one line per point (the dashboard's study attribute ``pareto_front``)."""
+    return [f"trial {p.run.trial_number}: {p.tok_s:.1f} tok/s@C16, TTFT p99 {p.ttft_p99_ms:.4g} ms, "
+            f"{p.per_user_tok_s:.1f} tok/s per user" for p in front(results)]
 
 
 def pick(results: SweepResults, rule: str) -> RunRow:

@@ -37,7 +37,9 @@ from tuner.launchers import launcher_for
 from tuner.launchers.base import Finished, Launcher, Slot
 from tuner.live import GroupView, SweepView
 from tuner.parallelism import gpu_sizes, slot_gpus
+from tuner.pareto import front_lines
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
+from tuner.results import SweepResults
 from tuner.sampler import check_strategy, make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace
 from tuner.space_loader import apply_hardware, check_flags, load_space
@@ -360,11 +362,14 @@ class Sweep:
             self._remeasure_if_surprising(ctx, p)
         ctx.view.finished(run, result.finished_at - result.started_at, self.store.count_launched(ctx.sweep.id))
         if run.status in (RunStatus.OK, RunStatus.INFEASIBLE):
-            for rule in ctx.rules.refresh(self.store.runs(ctx.sweep.id)):
+            runs = self.store.runs(ctx.sweep.id)
+            for rule in ctx.rules.refresh(runs):
                 ctx.view.log(f"learned: {rule.describe(ctx.rules.domains)}")
             records = ctx.rules.records()
             self.store.replace_rules(ctx.sweep.id, records)
-            ctx.study.set_user_attr("learned_rules", [text for text, _ in records])  # shown by the dashboard
+            # shown by the dashboard, on the study's page
+            ctx.study.set_user_attr("learned_rules", [text for text, _ in records])
+            ctx.study.set_user_attr("pareto_front", front_lines(SweepResults(ctx.sweep, runs)))
         if self._infra_failures >= MAX_CONSECUTIVE_INFRA_FAILURES * max(len(ctx.slots), 1):
             raise ClusterError(f"{self._infra_failures} trials in a row failed for reasons of the nodes, not of "
                                f"their configurations; last: {run.failure_reason}")

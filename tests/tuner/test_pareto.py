@@ -77,3 +77,14 @@ def test_a_rule_nothing_meets_says_what_came_closest(swept: tuple[str, dict[str,
     assert proc.stderr.count("\n") == 1 and f"lowest ttft_p99 {lowest:.4g}" in proc.stderr, proc.stderr
     both = _tuner("export", "--db", db, "--pick", "ttft_p99<1s", "--trial", "1")
     assert both.returncode == 2 and "give one of them" in both.stderr
+
+
+def test_the_dashboard_shows_the_front_on_the_study(swept: tuple[str, dict[str, Any]]) -> None:
+    import optuna
+
+    db, data = swept
+    study = optuna.load_study(study_name=data["study"], storage=f"sqlite:///{db}")
+    lines = study.user_attrs["pareto_front"]
+    assert [int(line.split(":")[0].removeprefix("trial ")) for line in lines] == \
+        [p["trial_number"] for p in data["pareto_front"]]
+    assert all("tok/s@C16, TTFT p99" in line for line in lines)
