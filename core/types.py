@@ -249,6 +249,7 @@ class TrialSpec:
     log_dir: str = "tuner-runs"
     profile_steps: int = 0  # > 0: after the benchmark, this many decode steps under SGLang's profiler
     gpu_ids: tuple[str, ...] = ()  # the trial's GPUs when it spans several groups (else the group's own)
+    more_concurrencies: tuple[int, ...] = ()  # after the benchmark, measure at each of these too
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,7 @@ class TrialResult:
     server_log: str = ""
     profile: KernelProfile | None = None
     profile_error: str = ""  # why a requested profile is missing (the measurement still counts)
+    curve: tuple[BenchResult, ...] = ()  # the measurements at ``TrialSpec.more_concurrencies``
 
     @property
     def ok(self) -> bool:

@@ -70,6 +70,7 @@ class TrialRun(Base):
     repeat_of: Mapped[int | None] = mapped_column(Integer)
     remeasure: Mapped[bool | None] = mapped_column(Boolean)  # a repeat of a surprise: counts in the budget
     profile: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # KernelProfile.as_dict(), or {"error": why}
+    curve: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # the benchmark at further concurrencies
 
 
 class LearnedRule(Base):

@@ -100,6 +100,7 @@ class RunRow:
     repeat_of: int | None = None
     remeasure: bool | None = None
     profile: dict[str, Any] | None = None  # where the GPU time went (--profile-best), or {"error": why}
+    curve: list[dict[str, Any]] | None = None  # BenchResult.as_dict() at further concurrencies (--front-at)
 
 
 def _row(obj: Any, cls: type[Any]) -> Any:
@@ -269,6 +270,7 @@ class Store:
                 repeat_of=repeat_of, remeasure=remeasure or None,
                 profile=result.profile.as_dict() if result.profile else
                 ({"error": result.profile_error} if result.profile_error else None),
+                curve=[b.as_dict() for b in result.curve] or None,
             )
             s.add(run)
             s.flush()

@@ -173,10 +173,13 @@ def sweep(
                                                  "space's slo).")] = None,
     profile_best: Annotated[bool, typer.Option(help="Then launch the best once more and record where its decode "
                                                     "GPU time goes (SGLang's profiler, top kernels).")] = False,
+    front_at: Annotated[str | None, typer.Option(help="Then measure the fastest configurations of the trade-off at "
+                                                      "these concurrencies too, e.g. 1,4,64.")] = None,
 ) -> None:
     """Launch, benchmark and rank SGLang configurations until the budget is spent (resumable)."""
     import signal
 
+    from tuner.follow_up import parse_concurrencies
     from tuner.live import SweepView
     from tuner.results import load_results
     from tuner.study import Sweep
@@ -197,7 +200,8 @@ def sweep(
     signal.signal(signal.SIGINT, on_signal)
     opts = SweepOptions(space_path=str(space), db_path=str(db), study_name=study, budget=budget, confirm=confirm,
                         address=address, gpus=gpus, max_groups=groups, sglang_python=sglang_python, seed=seed,
-                        offline=offline, sampler=sampler, slo=slo, profile_best=profile_best)
+                        offline=offline, sampler=sampler, slo=slo, profile_best=profile_best,
+                        front_at=_run(lambda: parse_concurrencies(front_at)) if front_at else ())
 
     def go() -> None:
         runner = Sweep(opts, lambda name, b, scale: SweepView(console, name, b, scale))

@@ -1,18 +1,23 @@
-"""What a sweep does after its budget: confirm the leaders (``--confirm N``) and profile the best
-(``--profile-best``). Both queue launches of configurations already measured and run them through the
-sweep's own loop, which counts them apart from the budget (``Quota.confirmations``)."""
+"""What a sweep does after its budget: confirm the leaders (``--confirm N``), measure the trade-off at
+other concurrencies (``--front-at 1,4,64``) and profile the best (``--profile-best``). Each queues
+launches of configurations already measured and runs them through the sweep's own loop, which counts
+them apart from the budget (``Quota.confirmations``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from core.errors import ConfigError
 from core.types import RunStatus
 from db.store import Store
+from tuner.pareto import front
 from tuner.results import SweepResults
 from tuner.sweep_state import Context, Quota
 
 CONFIRM_ROUNDS = 3  # --confirm: a confirmation that reorders the leaders brings the new ones in, this often
 PROFILE_STEPS = 20  # --profile-best: decode steps recorded under the profiler (as the seed campaign did)
+FRONT_POINTS = 4  # --front-at: the fastest configurations of the trade-off measured at other concurrencies
+MAX_CONCURRENCY = 1024
 Loop = Callable[[Context, Quota], None]
 
 
@@ -34,6 +39,33 @@ def confirm_leaders(ctx: Context, store: Store, loop: Loop, budget: int, count: 
         for run in leaders:
             ctx.study.enqueue_trial(run.params, user_attrs={"repeat_of": run.trial_number, "baseline": run.baseline})
         loop(ctx, Quota(budget, confirmations=len(leaders)))
+
+
+def measure_front(ctx: Context, store: Store, loop: Loop, budget: int, concurrencies: tuple[int, ...]) -> None:
+    """One more launch of each configuration on the trade-off front (the ``FRONT_POINTS`` fastest): the
+    benchmark again, then at each of ``concurrencies`` (the curve `show` and the report draw)."""
+    points = front(SweepResults(ctx.sweep, store.runs(ctx.sweep.id)))[:FRONT_POINTS]
+    if not points:
+        ctx.view.log("--front-at: no configuration was measured; nothing to measure")
+        return
+    at = ", ".join(f"C{c}" for c in concurrencies)
+    ctx.view.log(f"measuring the {len(points)} configuration(s) of the trade-off at {at}")
+    for p in points:
+        ctx.study.enqueue_trial(p.run.params, user_attrs={"repeat_of": p.run.trial_number, "baseline": p.run.baseline,
+                                                         "curve": list(concurrencies)})
+    loop(ctx, Quota(budget, confirmations=len(points)))
+
+
+def parse_concurrencies(text: str) -> tuple[int, ...]:
+    """``"1,4,64"`` -> (1, 4, 64); ConfigError naming ``--front-at`` for anything else."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 or v > MAX_CONCURRENCY for v in values):
+        raise ConfigError(f"--front-at {text!r}: expected concurrencies 1-{MAX_CONCURRENCY} separated by commas, "
+                          "e.g. 1,4,64")
+    return tuple(dict.fromkeys(values))
 
 
 def profile_best(ctx: Context, store: Store, loop: Loop, budget: int) -> None:

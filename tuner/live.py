@@ -116,7 +116,7 @@ class SweepView:
         if run.status in (RunStatus.CACHED, RunStatus.AVOIDED):
             return "[no launch]"
         if run.repeat_of is not None and not run.remeasure:
-            return "[profile]" if run.profile else "[confirmation]"
+            return "[profile]" if run.profile else "[other concurrencies]" if run.curve else "[confirmation]"
         if run.status not in (RunStatus.OK, RunStatus.INFEASIBLE):
             return "[not counted]"
         return f"[{launched}/{self.budget}]"
@@ -132,8 +132,9 @@ class SweepView:
         if run.tok_s is not None and run.status == RunStatus.OK and (
                 self.best is None or run.tok_s > (self.best.tok_s or 0)):
             self.best = run
-        again = (f" ({'re-measuring' if run.remeasure else 'profiling' if run.profile else 'confirming'} "
-                 f"#{run.repeat_of})" if run.repeat_of is not None else "")
+        doing = "re-measuring" if run.remeasure else "profiling" if run.profile else \
+            "measuring at " + ", ".join(f"C{b['concurrency']}" for b in run.curve) if run.curve else "confirming"
+        again = f" ({doing} #{run.repeat_of})" if run.repeat_of is not None else ""
         self.log(f"trial {run.trial_number} {self._counter(run, launched)} {config_summary(run.params)} -> "
                  f"{self._fmt(run)}{again}")
 

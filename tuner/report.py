@@ -103,6 +103,24 @@ def startup_cost_figure(results: SweepResults) -> go.Figure | None:
     return fig
 
 
+def front_curve_figure(results: SweepResults) -> go.Figure | None:
+    """tok/s against concurrency for the trade-off's configurations measured at several (``--front-at``)."""
+    from tuner.pareto import front
+
+    fig = go.Figure()
+    for p in front(results):
+        curve = results.curve(p.run)
+        if curve:
+            xs = sorted({16, *(b["concurrency"] for b in curve)})
+            ys = {b["concurrency"]: b["tok_s"] for b in curve} | {16: p.tok_s}
+            fig.add_trace(go.Scatter(x=xs, y=[ys[x] for x in xs], mode="lines+markers",
+                                     name=f"trial {p.run.trial_number}"))
+    if not fig.data:
+        return None
+    fig.update_layout(xaxis_title="concurrency", xaxis_type="log", yaxis_title="tok/s", height=400)
+    return fig
+
+
 def profile_figure(results: SweepResults) -> go.Figure | None:
     """The best configuration's top GPU kernels by share of decode time (``--profile-best``)."""
     from core.types import KernelProfile
@@ -170,6 +188,8 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
                   "no quantization-format / MoE-backend parameters in this space"),
                  ("Trade-off: tok/s@C16 against TTFT p99 (Pareto front)", pareto_figure(results),
                   "fewer than two measured configurations"),
+                 ("The trade-off's configurations at other concurrencies", front_curve_figure(results),
+                  "not measured (tuner sweep --front-at 1,4,64)"),
                  ("Failures by kind", failures_figure(results), "no failures"),
                  ("What each setting costs to start (fitted over the launches)", startup_cost_figure(results),
                   "fewer than three startups measured"),

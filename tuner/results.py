@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.errors import StudyError
 from core.types import Objective, RunStatus
@@ -81,6 +82,12 @@ class SweepResults:
         if best is None:
             return None
         return next((r for r in reversed(self.runs) if r.config_key == best.config_key and r.profile), None)
+
+    def curve(self, run: RunRow) -> list[dict[str, Any]]:
+        """The latest measurements of ``run``'s configuration at other concurrencies (``--front-at``),
+        BenchResult dicts by concurrency; [] if none."""
+        latest = next((r for r in reversed(self.runs) if r.config_key == run.config_key and r.curve), None)
+        return sorted(latest.curve or [], key=lambda b: b["concurrency"]) if latest else []
 
     def baseline(self) -> RunRow | None:
         """The baseline run (base settings only)."""

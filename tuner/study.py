@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -31,7 +32,7 @@ from db.location import check as check_database
 from db.location import database
 from db.store import Store, SweepRow
 from tuner.failure_rules import RuleBook
-from tuner.follow_up import PROFILE_STEPS, confirm_leaders, profile_best
+from tuner.follow_up import PROFILE_STEPS, confirm_leaders, measure_front, profile_best
 from tuner.gpu_pool import GpuPool
 from tuner.launchers import launcher_for
 from tuner.launchers.base import Finished, Launcher, Slot
@@ -104,6 +105,8 @@ class Sweep:
                     self._loop(ctx, Quota(self.opts.budget))
                     if self.opts.confirm:
                         confirm_leaders(ctx, self.store, self._loop, self.opts.budget, self.opts.confirm)
+                    if self.opts.front_at:
+                        measure_front(ctx, self.store, self._loop, self.opts.budget, self.opts.front_at)
                     if self.opts.profile_best:
                         profile_best(ctx, self.store, self._loop, self.opts.budget)
             finally:
@@ -284,7 +287,7 @@ class Sweep:
         flight.answered_in_a_row = 0
         return Pending(trial, config, (), baseline, trial.user_attrs.get("retry_of"), repeat_of,
                        bool(trial.user_attrs.get("remeasure")), bool(trial.user_attrs.get("profile")),
-                       slots_needed=ctx.slots_for(config))
+                       tuple(trial.user_attrs.get("curve") or ()), slots_needed=ctx.slots_for(config))
 
     def _answered(self, ctx: Context, flight: Flight, trial: optuna.Trial, config: Config) -> bool:
         """Answer a proposal without a launch when a learned rule covers it, the store measured it, or
@@ -329,7 +332,7 @@ class Sweep:
                          bench=space.bench_config(best), gate=space.gate_config(),
                          startup_timeout_s=space.file.startup_timeout_s, log_dir=str(self._log_dir(ctx.sweep)),
                          profile_steps=PROFILE_STEPS if p.profile else 0,
-                         gpu_ids=p.gpu_ids if len(p.slots) > 1 else ())
+                         gpu_ids=p.gpu_ids if len(p.slots) > 1 else (), more_concurrencies=p.curve)
         ctx.launcher.submit(p.slot.index, spec)
         p.sent_at = time.time()
         flight.pending[p.trial.number] = p
@@ -354,9 +357,9 @@ class Sweep:
                                    repeat_of=p.repeat_of, remeasure=p.remeasure)
         self._infra_failures = self._infra_failures + 1 if run.status == RunStatus.FAILED else 0
         if run.status == RunStatus.INTERRUPTED or (run.status == RunStatus.FAILED and p.retry_of is None):
-            attrs = {"retry_of": p.trial.number, "baseline": p.baseline}
+            attrs: dict[str, Any] = {"retry_of": p.trial.number, "baseline": p.baseline}
             if p.repeat_of is not None:
-                attrs.update(repeat_of=p.repeat_of, remeasure=p.remeasure, profile=p.profile)
+                attrs.update(repeat_of=p.repeat_of, remeasure=p.remeasure, profile=p.profile, curve=list(p.curve))
             ctx.study.enqueue_trial(p.trial.params, user_attrs=attrs)
         if run.status == RunStatus.OK and p.repeat_of is None and not p.baseline:
             self._remeasure_if_surprising(ctx, p)

@@ -43,6 +43,7 @@ class SweepOptions:
     sampler: str | None = None
     slo: str | None = None  # overrides the space's ``slo``
     profile_best: bool = False  # after the budget: one more launch of the best under SGLang's profiler
+    front_at: tuple[int, ...] = ()  # after the budget: the trade-off's configurations at these concurrencies
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Pending:
     repeat_of: int | None
     remeasure: bool = False
     profile: bool = False
+    curve: tuple[int, ...] = ()  # further concurrencies to measure at (--front-at)
     slots_needed: int = 1
     passed_over: int = 0  # launches of smaller trials that went ahead of it while it was held
     sent_at: float = field(default_factory=time.time)
@@ -177,4 +179,4 @@ def fixed_params(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
 
 def carried_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     """The user attributes a re-queued trial keeps (baseline, confirmation, profiling)."""
-    return {k: attrs[k] for k in ("baseline", "repeat_of", "profile") if k in attrs}
+    return {k: attrs[k] for k in ("baseline", "repeat_of", "profile", "curve") if k in attrs}

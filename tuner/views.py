@@ -241,5 +241,11 @@ def _print_front(console: Console, results: Any) -> None:
     for p in points:
         console.print(f"  trial {p.run.trial_number}: {p.tok_s:.1f} tok/s@C16, TTFT p99 {p.ttft_p99_ms:.4g} ms, "
                       f"{p.per_user_tok_s:.1f} tok/s per user", markup=False, highlight=False)
+    for p in points:
+        curve = results.curve(p.run)
+        if curve:
+            console.print(f"  trial {p.run.trial_number} at other concurrencies: " + ", ".join(
+                f"C{b['concurrency']} {b['tok_s']:.1f} tok/s ({b['per_user_tok_s']:.1f} per user, TTFT p99 "
+                f"{b['ttft_ms']['p99']:.4g} ms)" for b in curve), markup=False, highlight=False, soft_wrap=True)
     console.print(f"  pick one: tuner export --study {results.sweep.study_name} --pick "
                   f"'ttft_p99<={points[-1].ttft_p99_ms:.4g}ms' -o launch.sh", markup=False, highlight=False)

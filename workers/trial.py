@@ -130,7 +130,7 @@ class TrialRunner:
         return result(argv=cmd.argv, env=dict(cmd.env), startup_s=out.startup_s, bench=out.bench, gate=out.gate,
                       failure_kind=out.kind, failure_reason=scrub(out.reason, secrets),
                       log_tail=scrub(out.tail or (server.log_tail() if out.kind else ""), secrets), server_log=log,
-                      profile=out.profile, profile_error=out.profile_error)
+                      profile=out.profile, profile_error=out.profile_error, curve=tuple(out.curve))
 
     def _measure(self, spec: TrialSpec, server: ServerProcess, phase: Callable[[str], None]) -> _Outcome:
         """Start the server, wait until ready, gate, benchmark; every failure becomes a kind + reason."""
@@ -165,6 +165,14 @@ class TrialRunner:
             if spec.profile_steps > 0:
                 phase("profiling")
                 self._profile(spec, server, bench, out)
+            for concurrency in spec.more_concurrencies:  # a failed one ends the curve, not the trial
+                phase(f"measuring at C{concurrency}")
+                at_c = dataclasses.replace(bench, concurrency=concurrency)
+                try:
+                    out.curve.append(asyncio.run(run_benchmark(server.url, at_c, api_key=api_key,
+                                                               should_stop=lambda: self._interrupted)))
+                except BenchmarkError:
+                    break
         except OSError as exc:  # the configured Python cannot even be started on this node
             out.kind = FailureKind.INFRASTRUCTURE
             out.reason = f"cannot start {server.cmd.argv[0]}: {exc.strerror or exc}"
@@ -202,6 +210,7 @@ class _Outcome:
     tail: str = ""
     profile: KernelProfile | None = None
     profile_error: str = ""
+    curve: list[BenchResult] = dataclasses.field(default_factory=list)
 
 
 def _api_key(spec: TrialSpec) -> str | None:

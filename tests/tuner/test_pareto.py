@@ -88,3 +88,25 @@ def test_the_dashboard_shows_the_front_on_the_study(swept: tuple[str, dict[str, 
     assert [int(line.split(":")[0].removeprefix("trial ")) for line in lines] == \
         [p["trial_number"] for p in data["pareto_front"]]
     assert all("tok/s@C16, TTFT p99" in line for line in lines)
+
+
+def test_front_at_measures_the_front_at_other_concurrencies(tmp_path: Path) -> None:
+    db = str(tmp_path / "f.db")
+    proc = _tuner("sweep", "--offline", "--space", SPACE, "--budget", "12", "--seed", "1", "--db", db,
+                  "--front-at", "1,4,64")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(_tuner("show", "--json", "--db", db).stdout)
+    front = {p["trial_number"] for p in data["pareto_front"]}
+    curves = {t["repeat_of"]: t["curve"] for t in data["trials"] if t["curve"]}
+    assert set(curves) == front  # one more launch of each point of the front, nothing else
+    for curve in curves.values():
+        assert [b["concurrency"] for b in curve] == [1, 4, 64]
+        assert [b["tok_s"] for b in curve] == sorted(b["tok_s"] for b in curve)  # more streams, more tok/s
+        assert curve[0]["per_user_tok_s"] > curve[-1]["per_user_tok_s"]  # ... and less for each
+    assert "at other concurrencies: C1 " in proc.stdout
+    launched = [t for t in data["trials"] if t["status"] in ("ok", "infeasible") and t["repeat_of"] is None]
+    assert len(launched) == 12
+    report = tmp_path / "r.html"
+    assert _tuner("report", "--db", db, "-o", str(report)).returncode == 0
+    assert "at other concurrencies" in report.read_text() and "not measured (tuner sweep --front-at" not in \
+        report.read_text()

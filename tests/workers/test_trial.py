@@ -101,3 +101,16 @@ def test_a_missing_python_is_an_infrastructure_failure(runner: TrialRunner, tmp_
     result = runner.run(spec)
     assert result.failure_kind == FailureKind.INFRASTRUCTURE
     assert "cannot start /nonexistent/py" in result.failure_reason
+
+
+def test_a_trial_measures_at_further_concurrencies_after_its_benchmark(runner: TrialRunner, tmp_path: Path) -> None:
+    import dataclasses
+
+    phases: list[str] = []
+    spec = dataclasses.replace(_spec(4, {"model_path": "/m/fast"}, tmp_path), more_concurrencies=(1, 4))
+    result = runner.run(spec, on_phase=phases.append)
+    assert result.ok and result.bench is not None and result.bench.concurrency == 8
+    assert [b.concurrency for b in result.curve] == [1, 4]
+    assert all(b.tok_s > 0 and b.completed > 0 for b in result.curve)
+    assert result.curve[0].per_user_tok_s > result.bench.per_user_tok_s * 0.9  # one stream is not slower per user
+    assert "measuring at C1" in phases and "measuring at C4" in phases

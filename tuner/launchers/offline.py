@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from core.errors import ClusterError, ConfigError
@@ -88,9 +88,20 @@ class OfflineLauncher:
             finished_at=self.clock + modelled.duration_s, startup_s=modelled.startup_s, bench=bench,
             failure_kind=modelled.failure_kind, failure_reason=modelled.failure_reason,
             log_tail="\n".join(modelled.log.splitlines()[-20:]), server_log=modelled.log,
-            profile=self._profile(spec, modelled.outcome) if bench is not None and spec.profile_steps else None)
+            profile=self._profile(spec, modelled.outcome) if bench is not None and spec.profile_steps else None,
+            curve=self._curve(spec, modelled.outcome) if bench is not None else ())
         self._seq += 1
         heapq.heappush(self._queue, _Scheduled(result.finished_at, self._seq, Finished(slot, result)))
+
+    def _curve(self, spec: TrialSpec, outcome: Outcome) -> tuple[BenchResult, ...]:
+        """The benchmark at each of the spec's further concurrencies, as the model answers it."""
+        scenario = self.model.scenario
+        out = []
+        for c in spec.more_concurrencies:
+            at_c = replace(spec, bench=replace(spec.bench, concurrency=c))
+            tok_s = outcome.expected_tok_s(c, spec.bench.output_len, scenario.saturation_c) * scenario.time_scale
+            out.append(_bench_result(tok_s, at_c, outcome.ttft_ms / scenario.time_scale))
+        return tuple(out)
 
     def _profile(self, spec: TrialSpec, outcome: Outcome) -> KernelProfile:
         """The trace the simulated server's profiler would write for this trial, read back."""
