@@ -6,6 +6,9 @@
 #   bash benchmarks/real_gpu/run.sh two OUT     on a 2-GPU node, right after `unpack` (carry
 #                                                .gpu-kit/ray312.tar.xz and .gpu-kit/tiny): two 1-GPU
 #                                                groups at once, then --tp-size 2 trials
+#   bash benchmarks/real_gpu/run.sh mixed OUT   on a 2-GPU node, right after `unpack` (carry
+#                                                .gpu-kit/ray312.tar.xz and .gpu-kit/tiny): tp_size 1
+#                                                and 2 in one sweep, each trial on the GPUs it needs
 #   bash benchmarks/real_gpu/run.sh first OUT   after `unpack`: seconds to the first trial, twice
 #   bash benchmarks/real_gpu/run.sh profile OUT what /start_profile writes, and warnings for a few
 #                                                settings (carry .gpu-kit/site312.tar.xz, .gpu-kit/tiny)
@@ -19,7 +22,7 @@ mkdir -p "$OUT"
 command -v nvidia-smi >/dev/null || { echo "no GPU here: nothing to run"; exit 0; }
 [ -d /tmp/site312 ] || tar -xJf .gpu-kit/site312.tar.xz -C /tmp
 [ -d /tmp/tiny ] || cp -r .gpu-kit/tiny /tmp/tiny
-case "$what" in sweep|two|first) [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp ;; esac
+case "$what" in sweep|two|first|mixed) [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp ;; esac
 export PYTHONPATH=/tmp/site312:/tmp/ray312:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -54,6 +57,17 @@ for t in sorted(json.load(open('$OUT/$space.json'))['trials'], key=lambda t: t['
     print(t['trial_number'], 'GPUs', ','.join(t['gpu_ids']), t['started_at'], '->', t['finished_at'], t['status'], t['tok_s'])" \
         | tee -a "$OUT/overlap.txt"
     done
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee -a "$OUT/overlap.txt" ;;
+  mixed)
+    db=/tmp/mixed/tuner.db
+    python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200-mixed.yaml --budget 5 --db $db --seed 1 \
+      2>&1 | tee "$OUT/mixed.txt" | grep -v "^\[group" | tail -25
+    python3 -m tuner.cli show --db $db --json > "$OUT/mixed.json"
+    python3 -c "import json
+for t in sorted(json.load(open('$OUT/mixed.json'))['trials'], key=lambda t: t['started_at'] or ''):
+    print(t['trial_number'], 'tp', t['flags'].get('tp_size', 1), 'GPUs', ','.join(t['gpu_ids']), t['started_at'], '->',
+          t['finished_at'], t['status'], t['tok_s'])" | tee -a "$OUT/overlap.txt"
+    grep -h "CUDA_VISIBLE\|tp_size=2" /tmp/mixed/tuner-runs/tiny-h200-mixed/*.log | head -3
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee -a "$OUT/overlap.txt" ;;
   sweep)
     db=/tmp/real-sweep/tuner.db
