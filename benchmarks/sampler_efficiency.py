@@ -32,7 +32,7 @@ from rich.console import Console
 
 from core.types import Objective
 from tuner.live import SweepView
-from tuner.parallelism import gpus_needed
+from tuner.parallelism import gpu_sizes, gpus_needed
 from tuner.results import SweepResults
 from tuner.space_loader import load_space
 from tuner.study import Sweep
@@ -90,8 +90,10 @@ def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: in
     model, optimum = landscape(space_path)
     space = load_space(space_path)
     with tempfile.TemporaryDirectory() as tmp:
+        mixed = len(gpu_sizes(space)) > 1  # trials of several sizes share the scenario's GPUs: no group count
         opts = SweepOptions(space_path=space_path, db_path=f"{tmp}/b.db", budget=budget, seed=seed, offline=True,
-                            sampler=strategy, max_groups=parallel, gpus=parallel * space.file.gpus_per_trial)
+                            sampler=strategy, max_groups=None if mixed else parallel,
+                            gpus=None if mixed else parallel * space.file.gpus_per_trial)
         quiet = Console(file=io.StringIO())
         t0 = time.perf_counter()
         sweep = Sweep(opts, lambda n, b, s: SweepView(quiet, n, b, s)).run()
