@@ -15,6 +15,8 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from core.errors import ConfigError
+from core.slo import Slo
+from core.types import FailureKind
 from tuner.failure_rules import Learner, Observation
 from tuner.space import SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
@@ -31,6 +33,7 @@ class CoordinateSampler(WholeConfigSampler):
         self.blocked = blocked
         self.passes = passes
         self.learner = Learner(space)
+        self.slos: tuple[Slo, ...] = ()  # with objectives, a pass that meets none moves towards meeting them
 
     def propose(self, trials: Sequence[FrozenTrial], number: int) -> Params | None:
         """Walk the passes from the first values; the first variant (or repair) not tried yet."""
@@ -53,7 +56,27 @@ class CoordinateSampler(WholeConfigSampler):
                 scored = [(measured[config_key(v)], v) for v in variants if config_key(v) in measured]
                 if scored:
                     current = max(scored, key=lambda sv: sv[0])[1]
+                elif self.slos:  # none met the objectives yet: the one that came closest
+                    current = self._closest(variants, trials) or current
         return None
+
+    def _closest(self, variants: list[Params], trials: Sequence[FrozenTrial]) -> Params | None:
+        """The variant that missed the objectives by the least (the largest ratio of measured value to
+        limit, on the wrong side, over the objectives), among those measured; None if none was."""
+        metrics = {config_key(t.params): t.user_attrs["metrics"] for t in trials
+                   if t.params and t.user_attrs.get("failure_kind") == FailureKind.SLO_MISSED
+                   and isinstance(t.user_attrs.get("metrics"), dict)}
+
+        def miss(v: Params) -> float:
+            worst = 1.0
+            for slo in self.slos:
+                value = slo.value_in(metrics[config_key(v)])
+                if value == value and value > 0 and slo.limit > 0:
+                    worst = max(worst, value / slo.limit if "<" in slo.op else slo.limit / value)
+            return worst
+
+        missed = [v for v in variants if config_key(v) in metrics]
+        return min(missed, key=miss) if missed else None
 
     def _repairs(self, failed: Params, name: str, why: tuple[str, str]) -> list[Params]:
         """The failed variant with another value of each other setting its failure's log names:

@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 from optuna.samplers import RandomSampler
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from core.errors import ConfigError
-from core.types import RunStatus
+from core.slo import Slo
+from core.types import FailureKind, RunStatus
 from tuner.space import Param, SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
 
@@ -161,12 +162,27 @@ class PairwiseModelSampler(WholeConfigSampler):
             from tuner.coordinate import CoordinateSampler
 
             self.start = CoordinateSampler(space, blocked, passes=1)
+        self._slos: tuple[Slo, ...] = ()
+        self._slo_readings: list[tuple[np.ndarray, dict[str, Any]]] = []
+        self._slo_missed: set[Any] = set()
         self._listed: list[Params] | None = None
         self._listed_flags: list[tuple[bool, float]] | None = None
         self._listed_epoch = -1
         if space.cardinality() <= LISTED_CANDIDATES:
             self._listed = list(space.iter_configs())
             self._listed_rows = np.array([self.enc.encode(p) for p in self._listed])
+
+    @property
+    def slos(self) -> tuple[Slo, ...]:
+        """Objectives a configuration must meet (set by :func:`tuner.sampler.make_sampler`); the
+        one-setting pass and the model both steer towards meeting them."""
+        return self._slos
+
+    @slos.setter
+    def slos(self, value: tuple[Slo, ...]) -> None:
+        self._slos = value
+        if self.start is not None:
+            self.start.slos = value
 
     # ---- surprises ----------------------------------------------------------------------------
     def surprise(self, trials: Sequence[FrozenTrial], number: int) -> float | None:
@@ -197,6 +213,7 @@ class PairwiseModelSampler(WholeConfigSampler):
     def propose(self, trials: Sequence[FrozenTrial], number: int) -> Params | None:
         """The configuration with the best expected improvement, given the study's trials."""
         measured, failed, running = history(trials, number)
+        self._note_slo_readings(trials)
         seen = {*measured, *map(config_key, failed), *map(config_key, running)}
         params, rows, flags = self._candidates(measured)
         keep = [i for i, p in enumerate(params) if config_key(p) not in seen and not flags[i][0]]
@@ -211,6 +228,19 @@ class PairwiseModelSampler(WholeConfigSampler):
         doubt = np.array([flags[i][1] for i in keep])
         return params[keep[self._best_ei(rows[keep], doubt, measured, failed, running)]]
 
+    def _note_slo_readings(self, trials: Sequence[FrozenTrial]) -> None:
+        """The metrics of every measured run (met or missed an objective), and which configurations
+        missed one (they ran: not failures for the feasibility model)."""
+        self._slo_readings, self._slo_missed = [], set()
+        if not self.slos:
+            return
+        for t in trials:
+            metrics = t.user_attrs.get("metrics")
+            if t.params and isinstance(metrics, dict) and t.state == TrialState.COMPLETE:
+                self._slo_readings.append((self.enc.encode(t.params), metrics))
+                if t.user_attrs.get("failure_kind") == FailureKind.SLO_MISSED:
+                    self._slo_missed.add(config_key(t.params))
+
     def _best_ei(self, cand: np.ndarray, doubt: np.ndarray, measured: dict[Any, float], failed: list[Params],
                  running: list[Params]) -> int:
         """Index (in ``cand``) of the candidate with the best discounted expected improvement."""
@@ -223,10 +253,29 @@ class PairwiseModelSampler(WholeConfigSampler):
             post = Posterior(self.enc, np.vstack([x, xr]), np.concatenate([y, post.predict(xr)[0]]))
         mu, sd = post.predict(cand)
         score = expected_improvement(mu, sd, float(y.max()))
-        score *= self._feasibility(cand, x, failed)
+        score *= self._feasibility(cand, x, [p for p in failed if config_key(p) not in self._slo_missed])
+        score *= self._meets_slos(cand)
         score *= doubt
         top = np.flatnonzero(score >= score.max() * (1 - 1e-9))
         return int(top[self.rng.randrange(len(top))])
+
+    def _meets_slos(self, cand: np.ndarray) -> np.ndarray:
+        """Chance that a candidate meets every service-level objective: per objective, a GP on the log of
+        the metric as every measured run read it (those that missed an objective included), and the
+        probability that the candidate's lies on the right side of the limit (constrained EI)."""
+        chance = np.ones(len(cand))
+        readings = self._slo_readings
+        for slo in self.slos:
+            pairs = [(row, v) for row, metrics in readings if (v := slo.value_in(metrics)) == v and v > 0]
+            if len(pairs) < 2 or slo.limit <= 0:
+                continue
+            x = np.array([row for row, _ in pairs])
+            mu, sd = Posterior(self.enc, x, np.log([v for _, v in pairs])).predict(cand)
+            z = (math.log(slo.limit) - mu) / np.maximum(sd, 1e-6)
+            if ">" in slo.op:
+                z = -z
+            chance *= 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+        return chance
 
     def _feasibility(self, cand: np.ndarray, ok: np.ndarray, failed: list[Params]) -> np.ndarray:
         """Chance that a candidate runs: a GP on the launches' outcomes (+1 ran, -1 failed) with the same

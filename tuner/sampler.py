@@ -25,6 +25,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from core.errors import ConfigError
+from core.slo import Slo
 from tuner.failure_rules import RuleBook
 from tuner.space import SearchSpace
 
@@ -163,7 +164,7 @@ def check_strategy(name: str | None) -> None:
 
 
 def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int | None = None,
-                 strategy: str | None = None) -> BaseSampler:
+                 strategy: str | None = None, slos: tuple[Slo, ...] = ()) -> BaseSampler:
     """The sampler of a sweep over ``space``; ``learned`` failure rules are avoided like ``forbid`` rules.
 
     ``model`` (default): one pass of one-setting-at-a-time moves from the first values, then
@@ -171,7 +172,8 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
     ``tpe``: multivariate TPE
     with constant liar (the earlier default). ``random``. ``coordinate``: one setting at a time from
     the first values (:class:`tuner.coordinate.CoordinateSampler`, what SGLang's auto-benchmark does).
-    ``gp``: Optuna's GPSampler (needs torch). The comparison is in docs/performance.md.
+    ``gp``: Optuna's GPSampler (needs torch). The comparison is in docs/performance.md. ``slos``: the
+    sweep's objectives, which the model sampler predicts from the measured metrics.
     """
     name = strategy or DEFAULT_STRATEGY
     check_strategy(name)
@@ -179,4 +181,7 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
     def blocked(params: dict[str, Any]) -> bool:
         return space.violates(params) or (learned is not None and learned.blocks(params))
 
-    return STRATEGIES[name](space, blocked, learned, seed)
+    sampler = STRATEGIES[name](space, blocked, learned, seed)
+    if slos and hasattr(sampler, "slos"):  # the model sampler weighs proposals by their chance to meet them
+        sampler.slos = slos
+    return sampler
