@@ -120,6 +120,7 @@ class Store:
 
     def __init__(self, where: str | Path | Database, *, read_only: bool = False) -> None:
         self.db = database(where)
+        self.read_only = read_only
         check(self.db, writing=not read_only)
         if self.db.path is not None and not read_only:
             enable_wal(self.db.path)
@@ -220,14 +221,27 @@ class Store:
             s.flush()
             return _row(sweep, SweepRow)  # type: ignore[no-any-return]
 
+    def _no_tables_yet(self) -> bool:
+        """Read-only, on a database whose writer has not created the tables yet (a sweep just starting)."""
+        if not self.read_only:
+            return False
+        try:
+            return not inspect(self.engine).has_table(SweepRecord.__tablename__)
+        except SQLAlchemyError:
+            return False
+
     def sweep(self, study_name: str) -> SweepRow | None:
-        """The sweep of a study, or None."""
+        """The sweep of a study, or None (also while a starting sweep has not created the tables)."""
+        if self._no_tables_yet():
+            return None
         with self._session() as s:
             sweep = s.scalar(self._select(SweepRecord).where(SweepRecord.study_name == study_name))
             return _row(sweep, SweepRow) if sweep else None
 
     def sweeps(self) -> list[SweepRow]:
-        """Every sweep, newest first."""
+        """Every sweep, newest first ([] while a starting sweep has not created the tables)."""
+        if self._no_tables_yet():
+            return []
         with self._session() as s:
             newest_first = self._select(SweepRecord).order_by(SweepRecord.updated_at.desc())
             return [_row(x, SweepRow) for x in s.scalars(newest_first)]

@@ -106,3 +106,15 @@ def test_an_older_database_is_read_without_upgrading_it(tmp_path: Path) -> None:
     reader.close()
     with sqlite3.connect(tmp_path / "old.db") as conn:
         assert "profile" not in {row[1] for row in conn.execute("PRAGMA table_info(tuner_trial_runs)")}
+
+
+def test_a_database_whose_tables_are_not_there_yet_reads_as_empty(tmp_path: Path) -> None:
+    path = tmp_path / "starting.db"
+    sqlite3.connect(path).close()  # the file a starting sweep has created, before its tables
+    reader = Store(path, read_only=True)
+    assert reader.sweeps() == [] and reader.sweep("s") is None
+    writer = Store(path)
+    _sweep(writer)
+    assert [s.study_name for s in reader.sweeps()] == ["s"]  # the same reader sees them once they exist
+    writer.close()
+    reader.close()
