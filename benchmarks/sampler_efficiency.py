@@ -30,9 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console
 
-from core.types import Objective
 from tuner.live import SweepView
-from tuner.parallelism import gpu_sizes, gpus_needed
+from tuner.parallelism import gpu_sizes, per_objective
 from tuner.results import SweepResults
 from tuner.space_loader import load_space
 from tuner.study import Sweep
@@ -80,9 +79,7 @@ def landscape(space_path: str) -> tuple[OfflineModel, float]:
 def true_value(model: OfflineModel, space, config, output_len: int) -> float | None:  # type: ignore[no-untyped-def]
     """The modelled (noise-free) value the sweep maximizes: tok/s@C16, per GPU with ``objective: per_gpu``."""
     tok_s = model.verdict(config, 16, output_len).tok_s
-    if tok_s is None or space.file.objective != Objective.PER_GPU:
-        return tok_s
-    return tok_s / gpus_needed(config.flags)
+    return None if tok_s is None else per_objective(tok_s, config.flags, space.file.objective)
 
 
 def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: int) -> Run:

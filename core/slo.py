@@ -36,6 +36,11 @@ class Slo:
         unit = " ms" if self.metric.split("_")[0] in LATENCIES else ""
         return f"{self.metric} {self.op} {self.limit:g}{unit}"
 
+    @property
+    def is_ceiling(self) -> bool:
+        """The metric must stay below the limit (a latency); else above it (a rate)."""
+        return "<" in self.op
+
     def value(self, bench: BenchResult) -> float:
         """The measured value this objective is about."""
         return self.value_in(bench.as_dict())

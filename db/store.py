@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, delete, event, func, inspect, or_, select, text
+from sqlalchemy import Column, create_engine, delete, event, func, inspect, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, defer, sessionmaker
@@ -150,34 +150,37 @@ class Store:
                     raise
                 time.sleep(0.2 * attempt)
 
+    def _missing_columns(self) -> dict[str, list[Column[Any]]]:
+        """Per table that exists: the columns of this version a database an older one wrote lacks."""
+        inspector = inspect(self.engine)
+        out: dict[str, list[Column[Any]]] = {}
+        for table in Base.metadata.sorted_tables:
+            if inspector.has_table(table.name):
+                have = {c["name"] for c in inspector.get_columns(table.name)}
+                out[table.name] = [c for c in table.columns if c.name not in have]
+        return out
+
     def _add_missing_columns(self) -> None:
         """Upgrade a database written by an older version: add the nullable columns it lacks."""
         try:
-            inspector = inspect(self.engine)
+            missing = self._missing_columns()
             with self.engine.begin() as conn:
-                for table in Base.metadata.sorted_tables:
-                    have = {c["name"] for c in inspector.get_columns(table.name)}
-                    for column in table.columns:
-                        if column.name not in have and column.nullable:
+                for table, columns in missing.items():
+                    for column in columns:
+                        if column.nullable:
                             kind = column.type.compile(dialect=self.engine.dialect)
-                            conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+                            conn.execute(text(f'ALTER TABLE "{table}" ADD COLUMN "{column.name}" {kind}'))
         except SQLAlchemyError as exc:
             raise StoreError(f"{self.db}: cannot upgrade the database: {str(exc).splitlines()[0]}") from exc
 
     def _columns_missing(self) -> dict[type[Any], list[Any]]:
-        """Read-only on a file an older version wrote: its tables lack the newest (nullable) columns."""
+        """Read-only on a file an older version wrote: per model, ``defer`` of the columns it lacks."""
         try:
-            inspector = inspect(self.engine)
-            out: dict[type[Any], list[Any]] = {}
-            for model in (TrialRun, SweepRecord):
-                table = Base.metadata.tables[model.__tablename__]
-                if not inspector.has_table(table.name):
-                    continue
-                have = {c["name"] for c in inspector.get_columns(table.name)}
-                out[model] = [defer(getattr(model, c.name)) for c in table.columns if c.name not in have]
-            return out
+            missing = self._missing_columns()
         except SQLAlchemyError:
             return {}
+        return {model: [defer(getattr(model, c.name)) for c in missing.get(model.__tablename__, [])]
+                for model in (TrialRun, SweepRecord)}
 
     def _select(self, model: type[Any]) -> Any:
         """``select(model)`` without the columns this (older) database lacks."""

@@ -72,7 +72,7 @@ class CoordinateSampler(WholeConfigSampler):
             for slo in self.slos:
                 value = slo.value_in(metrics[config_key(v)])
                 if value == value and value > 0 and slo.limit > 0:
-                    worst = max(worst, value / slo.limit if "<" in slo.op else slo.limit / value)
+                    worst = max(worst, value / slo.limit if slo.is_ceiling else slo.limit / value)
             return worst
 
         missed = [v for v in variants if config_key(v) in metrics]

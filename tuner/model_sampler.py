@@ -132,10 +132,15 @@ class Posterior:
         return mu, sd
 
 
+def normal_cdf(z: np.ndarray) -> np.ndarray:
+    """The standard normal CDF, elementwise."""
+    return np.asarray(0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))))
+
+
 def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
     """EI of a maximisation at each candidate."""
     z = (mu - best) / sd
-    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+    cdf = normal_cdf(z)
     pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
     return np.asarray((mu - best) * cdf + sd * pdf)
 
@@ -272,9 +277,7 @@ class PairwiseModelSampler(WholeConfigSampler):
             x = np.array([row for row, _ in pairs])
             mu, sd = Posterior(self.enc, x, np.log([v for _, v in pairs])).predict(cand)
             z = (math.log(slo.limit) - mu) / np.maximum(sd, 1e-6)
-            if ">" in slo.op:
-                z = -z
-            chance *= 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+            chance *= normal_cdf(z if slo.is_ceiling else -z)
         return chance
 
     def _feasibility(self, cand: np.ndarray, ok: np.ndarray, failed: list[Params]) -> np.ndarray:
@@ -288,7 +291,7 @@ class PairwiseModelSampler(WholeConfigSampler):
         labels = np.concatenate([np.ones(len(ok)), -np.ones(len(bad))])
         mu, sd = Posterior(self.enc, x, labels).predict(cand)
         z = mu / np.sqrt(sd * sd + FEASIBILITY_NOISE)
-        return np.asarray(0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))))
+        return normal_cdf(z)
 
     def _spread(self, cands: list[Params], taken: list[Params]) -> Params:
         """A random candidate far from what was tried (max-min similarity over a random subset)."""

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 from core.errors import ConfigError
+from core.types import Objective
 from tuner.space import Param, SearchSpace
 
 PARALLEL_DESTS = frozenset({"tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention"})
@@ -57,18 +59,14 @@ def with_parallel_rules(space: SearchSpace) -> SearchSpace:
     """``space`` with a forbid rule for each refused combination of its parallel settings; ConfigError
     when the base settings, or one value in every combination, are refused."""
     gpus = space.file.gpus_per_trial
-    base = dict(space.base.flags)
-    if (why := refusal(base, gpus)) is not None:
+    if (why := refusal(dict(space.base.flags), gpus)) is not None:
         raise ConfigError(f"{space.path}: base: {why}")
-    params = [p for p in space.params if _parallel(p)]
+    params = _parallel_params(space)
     if not params:
         return space
     refused: set[tuple[Any, ...]] = set()
     fits: dict[tuple[str, Any], str | None] = {}
-    for values in itertools.product(*(p.values() or [] for p in params)):
-        flags = dict(base)
-        for p, v in zip(params, values, strict=True):
-            flags.update(p.flags_for(v))
+    for values, flags in _combinations(space, params):
         why = refusal(flags, gpus)
         if why is not None:
             refused.add(values)
@@ -86,30 +84,36 @@ def with_parallel_rules(space: SearchSpace) -> SearchSpace:
 def gpu_sizes(space: SearchSpace) -> list[int]:
     """The distinct GPU counts the space's configurations need, smallest first: one value unless its
     parallel sizes are searched (e.g. [1, 2, 4, 8] for ``tp_size: {choices: [1, 2, 4, 8]}``)."""
-    params = [p for p in space.params if _parallel(p)]
-    sizes = {space.file.gpus_per_trial}
-    if params:
-        sizes = set()
-        for values in itertools.product(*(p.values() or [] for p in params)):
-            flags = dict(space.base.flags)
-            for p, v in zip(params, values, strict=True):
-                flags.update(p.flags_for(v))
-            if refusal(flags, space.file.gpus_per_trial) is None:
-                sizes.add(gpus_needed(flags))
-        sizes = sizes if len(sizes) > 1 else {space.file.gpus_per_trial}
-    return sorted(sizes)
+    sizes = {gpus_needed(flags) for _, flags in _combinations(space, _parallel_params(space))
+             if refusal(flags, space.file.gpus_per_trial) is None}
+    return sorted(sizes) if len(sizes) > 1 else [space.file.gpus_per_trial]
 
 
-def slot_gpus(space: SearchSpace) -> int:
-    """GPUs per GPU group (slot): ``gpus_per_trial``, or with searched parallel sizes the largest that
+def slot_gpus(sizes: list[int]) -> int:
+    """GPUs per GPU group (slot) for servers of these ``sizes`` (:func:`gpu_sizes`): the largest that
     divides every size, so a trial of N GPUs takes N / slot_gpus groups of one node."""
-    return math.gcd(*gpu_sizes(space))
+    return math.gcd(*sizes)
 
 
-def trial_gpus(space: SearchSpace, flags: dict[str, Any]) -> int:
-    """GPUs one trial of ``space`` with these settings holds: what SGLang uses when the space searches
-    parallel sizes, else ``gpus_per_trial``."""
-    return gpus_needed(flags) if len(gpu_sizes(space)) > 1 else space.file.gpus_per_trial
+def per_objective(tok_s: float, flags: dict[str, Any], objective: str | None) -> float:
+    """What a sweep with this ``objective`` (a :class:`core.types.Objective` value; None: per server)
+    maximizes for a configuration measured at ``tok_s``: per GPU divides by the GPUs its server uses."""
+    return tok_s / gpus_needed(flags) if objective == Objective.PER_GPU else tok_s
+
+
+def _parallel_params(space: SearchSpace) -> list[Param]:
+    return [p for p in space.params if _parallel(p)]
+
+
+def _combinations(space: SearchSpace, params: list[Param]) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Every combination of ``params``' values, with the base settings it makes (none without params)."""
+    if not params:
+        return
+    for values in itertools.product(*(p.values() or [] for p in params)):
+        flags = dict(space.base.flags)
+        for p, v in zip(params, values, strict=True):
+            flags.update(p.flags_for(v))
+        yield values, flags
 
 
 def _smallest_causes(params: list[Param], refused: set[tuple[Any, ...]]) -> list[tuple[tuple[int, Any], ...]]:

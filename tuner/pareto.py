@@ -65,7 +65,7 @@ def pick(results: SweepResults, rule: str) -> RunRow:
     for s in slos:
         values = [(v, r.trial_number) for r in measured if (v := s.value_in(r.metrics or {})) == v]
         if values:
-            v, n = (min if "<" in s.op else max)(values)
-            closest.append(f"{'lowest' if '<' in s.op else 'highest'} {s.metric} {v:.4g} (trial {n})")
+            v, n = (min if s.is_ceiling else max)(values)
+            closest.append(f"{'lowest' if s.is_ceiling else 'highest'} {s.metric} {v:.4g} (trial {n})")
     raise StudyError(f"--pick {rule!r}: no measured configuration meets it ({'; '.join(closest) or 'not measured'});"
                      " `tuner show` lists the trade-off")

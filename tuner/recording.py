@@ -18,11 +18,11 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
 from core.errors import StoreError
-from core.types import Config, FailureKind, KernelProfile, Objective, RunStatus, TrialResult
+from core.types import Config, FailureKind, KernelProfile, RunStatus, TrialResult
 from db.location import Database, database
 from db.store import RunRow, Store, SweepRow
 from tuner.export import launch_script
-from tuner.parallelism import gpus_needed
+from tuner.parallelism import per_objective
 from workers.notices import notices_in
 
 INFEASIBLE_VALUE = 0.0
@@ -153,6 +153,5 @@ class Recorder:
         study._storage.set_trial_system_attr(trial._trial_id, "constraints", [violation])
         value = INFEASIBLE_VALUE
         if violation == 0.0 and run.tok_s is not None:
-            per_gpu = self.sweep.objective == Objective.PER_GPU
-            value = run.tok_s / gpus_needed(run.flags) if per_gpu else run.tok_s
+            value = per_objective(run.tok_s, run.flags, self.sweep.objective)
         study.tell(trial, value)

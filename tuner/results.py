@@ -10,7 +10,7 @@ from typing import Any
 from core.errors import StudyError
 from core.types import Objective, RunStatus
 from db.store import RunRow, Store, SweepRow
-from tuner.parallelism import gpus_needed
+from tuner.parallelism import per_objective
 from workers.notices import Notice, notices_in
 
 
@@ -53,7 +53,7 @@ class SweepResults:
     def score(self, run: RunRow) -> float:
         """What the sweep ranks by: the median of a configuration's tok/s@C16 measurements, per GPU when
         the objective says so."""
-        return self.median(run) / gpus_needed(run.flags) if self.per_gpu else self.median(run)
+        return per_objective(self.median(run), run.flags, self.sweep.objective)
 
     def median(self, run: RunRow) -> float:
         """A configuration's tok/s@C16 of one server: the median of its measurements."""
@@ -79,15 +79,17 @@ class SweepResults:
         """The latest run of the best configuration that was profiled (``--profile-best``), if any; its
         ``profile`` is a :class:`core.types.KernelProfile` dict or ``{"error": why}``."""
         best = self.best()
-        if best is None:
-            return None
-        return next((r for r in reversed(self.runs) if r.config_key == best.config_key and r.profile), None)
+        return self._latest_with(best.config_key, "profile") if best else None
 
     def curve(self, run: RunRow) -> list[dict[str, Any]]:
         """The latest measurements of ``run``'s configuration at other concurrencies (``--front-at``),
         BenchResult dicts by concurrency; [] if none."""
-        latest = next((r for r in reversed(self.runs) if r.config_key == run.config_key and r.curve), None)
+        latest = self._latest_with(run.config_key, "curve")
         return sorted(latest.curve or [], key=lambda b: b["concurrency"]) if latest else []
+
+    def _latest_with(self, config_key: str, field: str) -> RunRow | None:
+        """The latest run of a configuration whose ``field`` (a follow-up's record) is set."""
+        return next((r for r in reversed(self.runs) if r.config_key == config_key and getattr(r, field)), None)
 
     def baseline(self) -> RunRow | None:
         """The baseline run (base settings only)."""

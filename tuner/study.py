@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -37,7 +36,7 @@ from tuner.gpu_pool import GpuPool
 from tuner.launchers import launcher_for
 from tuner.launchers.base import Finished, Launcher, Slot
 from tuner.live import GroupView, SweepView
-from tuner.parallelism import gpu_sizes, slot_gpus
+from tuner.parallelism import gpu_sizes
 from tuner.pareto import front_lines
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
 from tuner.results import SweepResults
@@ -143,11 +142,11 @@ class Sweep:
         coord = Coordination(self.store.engine, sweep.id, str(self.store.db))
         coord.register()
         return Context(study, sweep, space, launcher, node, slots, view, rules, distinct_configurations(space), coord,
-                       slot_gpus(space), len(gpu_sizes(space)) > 1)
+                       tuple(gpu_sizes(space)))
 
     def _announce(self, ctx: Context) -> None:
         view, node = ctx.view, ctx.node
-        sizes = "/".join(map(str, gpu_sizes(ctx.space))) if ctx.mixed else ""
+        sizes = "/".join(map(str, ctx.gpu_sizes))
         view.log(f"study {ctx.sweep.study_name}: {len(ctx.slots)} group(s) of {ctx.slot_gpus} GPU(s)"
                  + (f" (a trial takes {sizes} GPUs as its settings need, one node's groups; objective "
                     f"{ctx.space.file.objective})" if ctx.mixed else "")
@@ -184,7 +183,7 @@ class Sweep:
         """Launch until the quota is spent (or the space exhausted), collecting results as they come."""
         flight = Flight(pool=GpuPool(ctx.slots), need_baseline=self._needs_baseline(ctx))
         if ctx.mixed:
-            flight.pool.check_fits(max(gpu_sizes(ctx.space)) // ctx.slot_gpus)
+            flight.pool.check_fits(max(ctx.gpu_sizes) // ctx.slot_gpus)
         LOOP_POLLS.set()
         try:
             while True:
@@ -357,10 +356,8 @@ class Sweep:
                                    repeat_of=p.repeat_of, remeasure=p.remeasure)
         self._infra_failures = self._infra_failures + 1 if run.status == RunStatus.FAILED else 0
         if run.status == RunStatus.INTERRUPTED or (run.status == RunStatus.FAILED and p.retry_of is None):
-            attrs: dict[str, Any] = {"retry_of": p.trial.number, "baseline": p.baseline}
-            if p.repeat_of is not None:
-                attrs.update(repeat_of=p.repeat_of, remeasure=p.remeasure, profile=p.profile, curve=list(p.curve))
-            ctx.study.enqueue_trial(p.trial.params, user_attrs=attrs)
+            ctx.study.enqueue_trial(p.trial.params,
+                                    user_attrs={**carried_attrs(p.trial.user_attrs), "retry_of": p.trial.number})
         if run.status == RunStatus.OK and p.repeat_of is None and not p.baseline:
             self._remeasure_if_surprising(ctx, p)
         ctx.view.finished(run, result.finished_at - result.started_at, self.store.count_launched(ctx.sweep.id))

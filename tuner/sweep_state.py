@@ -17,7 +17,7 @@ from tuner.failure_rules import RuleBook
 from tuner.gpu_pool import Durations, GpuPool, may_backfill, reservation
 from tuner.launchers.base import Launcher, Slot
 from tuner.live import SweepView
-from tuner.parallelism import trial_gpus
+from tuner.parallelism import gpus_needed, slot_gpus
 from tuner.space import SearchSpace
 from workers.node import NodeInfo
 
@@ -60,12 +60,21 @@ class Context:
     rules: RuleBook
     distinct: float
     coord: Coordination
-    slot_gpus: int = 1  # GPUs per slot (tuner.parallelism.slot_gpus)
-    mixed: bool = False  # the space searches parallel sizes: a trial takes as many slots as it needs
+    gpu_sizes: tuple[int, ...] = (1,)  # GPUs the space's servers use (tuner.parallelism.gpu_sizes)
+
+    @property
+    def mixed(self) -> bool:
+        """The space searches parallel sizes: a trial takes as many slots as its server uses GPUs."""
+        return len(self.gpu_sizes) > 1
+
+    @property
+    def slot_gpus(self) -> int:
+        """GPUs per slot (GPU group)."""
+        return slot_gpus(list(self.gpu_sizes))
 
     def slots_for(self, config: Config) -> int:
         """Slots (GPU groups of one node) a trial of ``config`` holds."""
-        return trial_gpus(self.space, config.flags) // self.slot_gpus if self.mixed else 1
+        return gpus_needed(config.flags) // self.slot_gpus if self.mixed else 1
 
 
 @dataclass
@@ -178,5 +187,6 @@ def fixed_params(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
 
 
 def carried_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The user attributes a re-queued trial keeps (baseline, confirmation, profiling)."""
-    return {k: attrs[k] for k in ("baseline", "repeat_of", "profile", "curve") if k in attrs}
+    """The user attributes a re-queued trial keeps: what it is (baseline; a confirmation, a surprise's
+    re-measurement, a profiled or a multi-concurrency launch of trial ``repeat_of``)."""
+    return {k: attrs[k] for k in ("baseline", "repeat_of", "remeasure", "profile", "curve") if k in attrs}

@@ -49,7 +49,7 @@ def print_validation(console: Console, space: SearchSpace, version: str, arch: s
     sizes = gpu_sizes(space)
     if len(sizes) > 1:
         console.print(f"servers of {'/'.join(map(str, sizes))} GPUs: each trial holds the GPUs its settings need "
-                      f"(GPU groups of {slot_gpus(space)}); objective {space.file.objective}")
+                      f"(GPU groups of {slot_gpus(sizes)}); objective {space.file.objective}")
 
 
 def fmt_num(value: Any, digits: int = 1) -> str:
@@ -155,9 +155,10 @@ def print_summary(console: Console, results: Any) -> None:
         console.print("  " + (" ".join(f"{k}={v}" for k, v in best.params.items()) or "base settings only"),
                       markup=False)
     busy = results.gpu_busy()
-    if busy is not None and len({len(r.gpu_ids) for r in results.runs if r.gpu_ids}) > 1:
+    sizes = sorted({len(r.gpu_ids) for r in results.runs if r.gpu_ids})
+    if busy is not None and len(sizes) > 1:
         console.print(f"GPUs busy {busy[0]:.1%} of the sweep's time on {busy[1]} GPUs (trials of "
-                      + "/".join(map(str, sorted({len(r.gpu_ids) for r in results.runs if r.gpu_ids}))) + " GPUs)")
+                      f"{'/'.join(map(str, sizes))} GPUs)")
     kinds = results.failures_by_kind()
     if kinds:
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))

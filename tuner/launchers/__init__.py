@@ -19,10 +19,10 @@ if TYPE_CHECKING:
 
 def launcher_for(space: SearchSpace, opts: SweepOptions) -> Launcher:
     """The offline model with ``--offline``, else GPU groups on Ray."""
-    from tuner.parallelism import slot_gpus
+    from tuner.parallelism import gpu_sizes, slot_gpus
 
     engine = space.engine(opts.sglang_python)
-    group_gpus = slot_gpus(space)  # gpus_per_trial, or less when the space searches parallel sizes
+    group_gpus = slot_gpus(gpu_sizes(space))  # gpus_per_trial, or less when the space searches parallel sizes
     if opts.offline:
         from tuner.launchers.offline import OfflineLauncher
 
