@@ -79,13 +79,20 @@ def test_unwritable_database_is_a_store_error(tmp_path: Path) -> None:
         Store(tmp_path / "dir.db")
 
 
-def test_a_database_from_an_older_version_is_upgraded_keeping_its_runs(tmp_path: Path) -> None:
-    store = Store(tmp_path / "old.db")
+def _older_database(path: Path, without: str) -> int:
+    """A database with one measured run, as a version written before the run column ``without`` existed;
+    returns its sweep id."""
+    store = Store(path)
     sid = _sweep(store)
     store.record(sid, _result(0, "k", tok_s=12.0), Config({}, {}), status="ok")
     store.close()
-    with sqlite3.connect(tmp_path / "old.db") as conn:  # as written before `repeat_of` existed
-        conn.execute("ALTER TABLE tuner_trial_runs DROP COLUMN repeat_of")
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"ALTER TABLE tuner_trial_runs DROP COLUMN {without}")
+    return sid
+
+
+def test_a_database_from_an_older_version_is_upgraded_keeping_its_runs(tmp_path: Path) -> None:
+    sid = _older_database(tmp_path / "old.db", without="repeat_of")
     upgraded = Store(tmp_path / "old.db")
     runs = upgraded.runs(sid)
     assert [(r.trial_number, r.tok_s, r.repeat_of) for r in runs] == [(0, 12.0, None)]
@@ -94,12 +101,7 @@ def test_a_database_from_an_older_version_is_upgraded_keeping_its_runs(tmp_path:
 
 
 def test_an_older_database_is_read_without_upgrading_it(tmp_path: Path) -> None:
-    store = Store(tmp_path / "old.db")
-    sid = _sweep(store)
-    store.record(sid, _result(0, "k", tok_s=12.0), Config({}, {}), status="ok")
-    store.close()
-    with sqlite3.connect(tmp_path / "old.db") as conn:  # as written before `profile` existed
-        conn.execute("ALTER TABLE tuner_trial_runs DROP COLUMN profile")
+    sid = _older_database(tmp_path / "old.db", without="profile")
     reader = Store(tmp_path / "old.db", read_only=True)  # show, export, report: they never write
     assert [(r.trial_number, r.tok_s, r.profile) for r in reader.runs(sid)] == [(0, 12.0, None)]
     assert reader.run(sid, 0) is not None and reader.sweep("s") is not None
