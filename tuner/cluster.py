@@ -28,7 +28,8 @@ from workers.node import NodeInfo
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
 ACTOR_READY_TIMEOUT_S = 180.0
 WAITING_NOTICE_S = 10.0  # on a shared cluster, say the sweep waits for GPUs after this long
-OTHER_GROUPS_GRACE_S = 5.0  # ... and once one group is up, give the others this long
+OTHER_GROUPS_GRACE_S = 30.0  # ... and once one group is up, give the others this long (an actor probing
+# its node takes seconds on a busy machine: 5 s dropped a free node of a two-node cluster under load)
 REACH_TIMEOUT_S = 10.0  # Ray itself retries an unreachable address for minutes
 
 
