@@ -98,7 +98,13 @@ def test_openai_completions_api_counts_the_same(tmp_path: Path) -> None:
         oai = asyncio.run(run_benchmark(server.url, BenchConfig(**{**base.__dict__, "api": "completions"})))
     finally:
         server.stop()
-    assert oai.tok_s == pytest.approx(native.tok_s, rel=0.03)
+    # what matters is the counting: a client that counted chunks on this API would read ~2.4x low.
+    # Two runs one after another differ by the machine's load, so the rates are compared loosely and
+    # the tokens-per-chunk ratio (the speculative acceptance, fixed by the scenario) exactly.
+    assert oai.tok_s == pytest.approx(native.tok_s, rel=0.15)
+    assert oai.output_tokens / oai.output_chunks == pytest.approx(
+        native.output_tokens / native.output_chunks, rel=0.08)
+    assert oai.output_tokens / oai.output_chunks == pytest.approx(2.4, rel=0.15)
 
 
 def _sse(events: list[object]) -> bytes:
