@@ -6,8 +6,10 @@ resumed sweep derives the same rules, and a rule that a success contradicts is g
 *signature* (kind plus the reason line with its numbers blanked):
 
 1. **Named by the log.** The parameters whose setting the reason line names (an option, a dest name,
-   a value such as ``mxfp4``) form the rule's core; if a success has that core, the smallest set of
-   the failing configuration's other settings that makes it consistent is added.
+   a value such as ``mxfp4``, a checkpoint format as SGLang calls it: ``modelopt_fp4``), or whose
+   *other* value it names ("supports only the modelopt_fp4 quantization" on an MXFP4 checkpoint),
+   form the rule's core; if a success has that core, the smallest set of the failing
+   configuration's other settings that makes it consistent is added.
 2. **By contrast.** Otherwise, the smallest set of setting=value pairs present in every failure of
    the signature and in no success (up to :data:`MAX_RULE_SIZE` pairs). When several sets of that
    size fit, each becomes a *suspected* rule until more launches tell them apart (never a guess),
@@ -41,6 +43,11 @@ MAX_RULE_SIZE = 3
 SUSPECT_ODDS = 0.25  # a suspected rule's weight on a proposal it covers
 CONFIRMING_FAILURES = 3  # this many different failing configurations confirm a rule whatever else they differ in
 Pair = tuple[str, Any]
+# How SGLang's messages name a checkpoint's format (its --quantization names), by the word a model
+# path or quantization setting carries: "supports only the modelopt_fp4 quantization" names NVFP4.
+QUANTIZATION_ALIASES = {"nvfp4": ("modelopt_fp4", "nvfp4_online", "petit_nvfp4"),
+                        "mxfp4": ("quark_mxfp4",), "fp8": ("modelopt_fp8", "w8a8_fp8")}
+CHECKPOINT_DESTS = ("model_path", "quantization")
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ def signature(kind: str, reason: str) -> str:
 
 def _tokens(text: str) -> set[str]:
     return {t.lower() for t in re.findall(r"[A-Za-z0-9_./-]+", text)} | {
-        t.lower() for t in re.findall(r"[A-Za-z0-9]+", text)}
+        t.lower() for t in re.findall(r"[A-Za-z0-9_]+", text)}
 
 
 class Learner:
@@ -136,14 +143,28 @@ class Learner:
             words |= {dest.lower(), dest.replace("_", "-").lower(), "--" + dest.replace("_", "-").lower()}
             if isinstance(set_value, str) and len(set_value) >= 3 and not set_value.isdigit():
                 words.add(set_value.lower())
+                if dest in CHECKPOINT_DESTS:
+                    words |= {alias for fmt, aliases in QUANTIZATION_ALIASES.items()
+                              if fmt in set_value.lower() for alias in aliases}
         if isinstance(value, str) and len(value) >= 3:
             words.add(value.lower())
         return {w for w in words if len(w) >= 3}
 
     def named_pairs(self, obs: Observation) -> list[Pair]:
-        """The failing configuration's settings that its reason line names."""
+        """The failing configuration's settings that its reason line names, and those whose *other*
+        value it names ("flashinfer_trtllm supports only the modelopt_fp4 quantization" on an MXFP4
+        checkpoint names the checkpoint setting too: the failure is about this value not being that)."""
         tokens = _tokens(obs.reason)
-        return [(n, v) for n, v in sorted(obs.params.items()) if self._names(n, v) & tokens]
+        direct = [(n, v) for n, v in sorted(obs.params.items()) if self._names(n, v) & tokens]
+        rest = tokens - set().union(*(self._names(n, v) for n, v in direct))  # "triton" named the attention
+        other = [(n, v) for n, v in sorted(obs.params.items()) if (n, v) not in direct and any(
+            self._only_names(n, u) & rest for u in self.domains.get(n, ()) if u != v)]
+        return sorted([*direct, *other], key=repr)
+
+    def _only_names(self, name: str, value: Any) -> set[str]:
+        """The words that name ``name=value`` and no other value of ``name``."""
+        others = [self._names(name, u) for u in self.domains.get(name, ()) if u != value]
+        return self._names(name, value) - set().union(*others)
 
     def learn(self, observations: Iterable[Observation]) -> list[Rule]:
         """Every rule the launches support (see module docstring), in order of first evidence."""

@@ -112,3 +112,39 @@ def test_rules_survive_the_store(tmp_path: Path) -> None:
     rule = Rule(params=(("ep_size", (1, 2, 4)),), kind="config_error", signature="s", trials=(1, 2), named=True,
                 confirmed=True)
     assert Rule.from_dict(rule.as_dict()) == rule
+
+
+CHECKPOINTS = """
+name: checkpoints
+engine: sglang
+gpus_per_trial: 8
+base: {model_path: /m/K2-FP8, tp_size: 8}
+params:
+  quant_format:
+    choices:
+      fp8: {model_path: /m/K2-FP8}
+      nvfp4: {model_path: /m/K2-NVFP4}
+      mxfp4: {model_path: /m/K2-MXFP4}
+  moe_runner_backend: {choices: [auto, flashinfer_cutlass, flashinfer_trtllm]}
+  attention_backend: {choices: [flashinfer, trtllm_mla]}
+"""
+TRTLLM = ("server exited with code 1 during startup: ValueError: flashinfer_trtllm MoE runner supports only "
+          "the modelopt_fp4 quantization")
+
+
+def test_a_log_naming_another_checkpoint_format_puts_the_checkpoint_in_the_rule(write_yaml: Any) -> None:
+    # SGLang's words: "modelopt_fp4" is the NVFP4 checkpoint; "flashinfer_trtllm" names the runner, not
+    # the flashinfer attention backend
+    lr = Learner(load_space(write_yaml(CHECKPOINTS)))
+    runs = [ok(1, quant_format="fp8", moe_runner_backend="auto", attention_backend="flashinfer"),
+            ok(2, quant_format="mxfp4", moe_runner_backend="auto", attention_backend="flashinfer"),
+            failed(3, "config_error", TRTLLM, quant_format="mxfp4", moe_runner_backend="flashinfer_trtllm",
+                   attention_backend="flashinfer"),
+            failed(4, "config_error", TRTLLM, quant_format="fp8", moe_runner_backend="flashinfer_trtllm",
+                   attention_backend="flashinfer")]
+    assert lr.named_pairs(runs[2]) == [("moe_runner_backend", "flashinfer_trtllm"), ("quant_format", "mxfp4")]
+    [rule] = lr.learn(runs)
+    assert rule.describe(lr.domains) == ("moe_runner_backend=flashinfer_trtllm with quant_format != nvfp4 -> "
+                                         "config_error, from trials 3, 4 (named by the log)")
+    assert rule.matches({"quant_format": "mxfp4", "moe_runner_backend": "flashinfer_trtllm"})
+    assert not rule.matches({"quant_format": "nvfp4", "moe_runner_backend": "flashinfer_trtllm"})
