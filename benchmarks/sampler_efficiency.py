@@ -8,7 +8,7 @@ reached 95% of it; infeasible launches; launches that hit a failure already seen
 (the same failure rule of the scenario); proposals avoided by a learned rule (no launch).
 
     python benchmarks/sampler_efficiency.py [--spaces a.yaml b.yaml] [--strategies model tpe random coordinate]
-        [--seeds 10] [--first-seed 0] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N] [--per-seed]
+        [--seeds 10] [--first-seed 0] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N] [--first-landscape SEED] [--per-seed]
 """
 
 from __future__ import annotations
@@ -161,13 +161,15 @@ def main() -> None:
     parser.add_argument("--per-seed", action="store_true", help="print every run")
     parser.add_argument("--random", type=int, default=0, metavar="N",
                         help="also N random landscapes nobody tuned to (benchmarks/random_landscape.py)")
+    parser.add_argument("--first-landscape", type=int, default=1000, metavar="SEED",
+                        help="the random landscapes' seeds start here (1000: the table's; others: held out)")
     args = parser.parse_args()
     _quiet()
     if args.random:
         from random_landscape import write
 
         out = Path(tempfile.mkdtemp(prefix="landscapes-"))
-        args.spaces = [*args.spaces, *(str(write(1000 + i, out)) for i in range(args.random))]
+        args.spaces = [*args.spaces, *(str(write(args.first_landscape + i, out)) for i in range(args.random))]
     for path in args.spaces:
         _model, optimum = landscape(path)
         print(f"{Path(path).stem}: optimum {optimum:.2f} modelled tok/s@C16", flush=True)
