@@ -8,7 +8,8 @@ reached 95% of it; infeasible launches; launches that hit a failure already seen
 (the same failure rule of the scenario); proposals avoided by a learned rule (no launch).
 
     python benchmarks/sampler_efficiency.py [--spaces a.yaml b.yaml] [--strategies model tpe random coordinate]
-        [--seeds 10] [--first-seed 0] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N] [--first-landscape SEED] [--per-seed]
+        [--seeds 10] [--first-seed 0] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N]
+        [--first-landscape SEED] [--per-seed]
 """
 
 from __future__ import annotations
