@@ -49,13 +49,13 @@ ORDINAL_DECAY = 0.5  # similarity of neighbouring values of an ordered parameter
 # 0.75, which left a pair that helps only together (MTP without two-batch overlap) without the doubt
 # that makes expected improvement try it (docs/performance.md: 12/20 vs 9/20 seeds on DeepSeek-V3).
 LENGTHS = (0.25,)
-NOISES = (1e-3, 1e-2, 5e-2)
+NOISES = (1e-3, 1e-2, 5e-2)  # noise variance, as a share of the prior variance
 # With a trust region (``--sampler model-local``), proposals after the one-setting pass change at most
 # this many settings of the best configuration measured so far (as in TuRBO or CASMOPOLITAN): enough
 # for a pair that pays only together. Not the default: it wins on DeepSeek-V3 (16/20 seeds >= 97% vs
 # 12/20) and loses on held-out random landscapes whose best is three settings from a local optimum
 # (docs/performance.md).
-TRUST_RADIUS = 2  # noise variance, as a share of the prior variance
+TRUST_RADIUS = 2
 Params = dict[str, Any]
 
 

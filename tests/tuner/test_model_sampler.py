@@ -18,6 +18,7 @@ from tuner.space_loader import load_space
 from workers.sim.offline import OfflineModel
 
 SPACE = load_space(FIXTURES / "e2e-space.yaml")
+DEEPSEEK_V3 = Path(__file__).parents[2] / "search_spaces" / "hard-deepseek-v3-h200.yaml"
 
 
 def value(p: dict[str, Any]) -> float:
@@ -69,7 +70,7 @@ def test_a_low_reading_near_the_best_is_a_surprise_and_a_plain_one_is_not() -> N
 
 
 def test_settings_apart_counts_a_conditional_choice_once() -> None:
-    space = load_space(Path(__file__).parents[2] / "search_spaces" / "hard-deepseek-v3-h200.yaml")
+    space = load_space(DEEPSEEK_V3)
     enc = Encoding(space)
     base = space.from_assignments({}).params
     mtp = space.from_assignments({"speculative": "mtp", "enable_two_batch_overlap": True}).params
@@ -85,9 +86,8 @@ def test_settings_apart_counts_a_conditional_choice_once() -> None:
 def test_with_a_trust_region_it_stays_within_two_settings_of_the_best() -> None:
     # the DeepSeek-V3 space (10 settings) and its scenario's modelled values; without the trust region
     # expected improvement proposes 3-4 settings away from the best of 8 random measured configurations
-    path = Path(__file__).parents[2] / "search_spaces" / "hard-deepseek-v3-h200.yaml"
-    space = load_space(path)
-    model = OfflineModel(path.parent / str(space.file.scenario))
+    space = load_space(DEEPSEEK_V3)
+    model = OfflineModel(DEEPSEEK_V3.parent / str(space.file.scenario))
     configs = list(space.iter_configs())
     dists = {p.name: p.distribution() for p in space.params}
     apart = []
