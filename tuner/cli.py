@@ -166,8 +166,8 @@ def sweep(
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     offline: Annotated[bool, typer.Option(help="Answer trials from the scenario's model: no Ray, no servers "
                                                    "(simulated spaces only).")] = False,
-    sampler: Annotated[str | None, typer.Option(help="Search strategy: model (default), model-local, model-only, "
-                                                     "tpe, random, coordinate, gp.")] = None,
+    sampler: Annotated[str | None, typer.Option(help="Search strategy: model (default), model-dense, model-local, "
+                                                     "model-only, tpe, random, coordinate, gp.")] = None,
     slo: Annotated[str | None, typer.Option(help="Objectives a configuration must meet, e.g. "
                                                  "'ttft_p99<2s,itl_p99<50ms,per_user_tok_s>30' (overrides the "
                                                  "space's slo).")] = None,

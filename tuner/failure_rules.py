@@ -23,7 +23,7 @@ A rule is *confirmed* (it stops a matching proposal before launch) when the evid
 reach: two or more failing configurations support it and, where they differ, they failed at every
 value of that parameter; or three different failing configurations support it; or the log named it
 with two or more settings. Otherwise it is *suspected*:
-it only weighs the sampler's proposals down (:data:`SUSPECT_ODDS`), so a setting that failed once,
+it only weighs the sampler's proposals down (:meth:`RuleBook.feasibility`), so a setting that failed once,
 or that failed with two of three checkpoint formats, is still tried with the third when the model
 expects it to pay; and the tight box the supporting failures span is confirmed instead.
 """
@@ -40,7 +40,7 @@ from core.types import FailureKind
 from tuner.space import SearchSpace
 
 MAX_RULE_SIZE = 3
-SUSPECT_ODDS = 0.25  # a suspected rule's weight on a proposal it covers
+SUSPECT_ODDS = 0.25  # the weight on a proposal that a suspected rule of one failure covers (see RuleBook.feasibility)
 CONFIRMING_FAILURES = 3  # this many different failing configurations confirm a rule whatever else they differ in
 Pair = tuple[str, Any]
 # How SGLang's messages name a checkpoint's format (its --quantization names), by the word a model
@@ -317,9 +317,21 @@ class RuleBook:
         return self.blocking(params) is not None
 
     def feasibility(self, params: dict[str, Any]) -> float:
-        """How much the suspected rules doubt ``params`` will run: 1.0 when none covers it, each
-        covering one multiplies by :data:`SUSPECT_ODDS` (the sampler weighs its proposals by this)."""
-        return float(SUSPECT_ODDS ** sum(not r.confirmed and r.matches(params) for r in self.rules))
+        """How much the suspected rules doubt ``params`` will run (1.0: not at all); the sampler weighs
+        its proposals by this. The suspected rules of one signature from the same failures are
+        alternative explanations, one of them the cause: a configuration that matches k of m of them
+        fails with chance k/m times the confidence in the failure's cause, 1 - ``SUSPECT_ODDS`` ** (the
+        failures that support it). So two crashes at ``ncds=1`` weigh it down more than one, and one
+        failure that three different pairs could explain does not weigh a candidate matching two of
+        them down as if each were certain."""
+        groups: dict[tuple[str, tuple[int, ...]], list[bool]] = {}
+        for rule in self.rules:
+            if not rule.confirmed:
+                groups.setdefault((rule.signature, rule.trials), []).append(rule.matches(params))
+        weight = 1.0
+        for (_, trials), matched in groups.items():
+            weight *= 1 - sum(matched) / len(matched) * (1 - SUSPECT_ODDS ** len(trials))
+        return weight
 
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         """(text, JSON form) of every rule, for the store."""

@@ -1,12 +1,16 @@
-"""A model-based sampler for launch configurations: a Gaussian process over settings with pairwise
-interactions, expected improvement over every configuration of the space.
+"""A model-based sampler for launch configurations: expected improvement, under a model of log tok/s
+with pairwise interactions, over every configuration of the space.
 
 Why not TPE: TPE models each setting apart (or jointly, but only over the settings every trial
 shares), so a gain that needs two settings together, or a setting that is good alone and bad with
-another, is found late or not at all. Here the model is log tok/s = sum of per-setting effects +
-sum of pairwise effects + noise, as a GP whose kernel is ``a*s + b*s^2`` of the settings'
-similarity ``s`` (the share of parameters set alike; ordered values partly alike by their distance).
-Its hyperparameters are fitted by marginal likelihood on a small grid after every result.
+another, is found late or not at all. Here log tok/s = sum of per-setting effects + sum of pairwise
+effects + noise. By default (:mod:`tuner.pair_model`) few pairs are *loud* and the rest quiet, which
+pairs sampled from the launches (spike and slab); ``dense=True`` is the earlier model, a GP whose
+kernel ``a*s + b*s^2`` of the settings' similarity ``s`` (the share of parameters set alike;
+ordered values partly alike by their distance) spreads a little interaction over every pair, its
+hyperparameters fitted by marginal likelihood on a small grid after every result. The dense GP also
+predicts the chance to run (:meth:`PairwiseModelSampler._feasibility`), service-level metrics and
+surprises.
 
 Each proposal is the configuration with the highest expected improvement among the candidates (the
 whole space when it can be listed, else a random pool plus every one- and two-setting move from the
@@ -19,7 +23,6 @@ The first proposals are a spread-out random design. A reading far below what the
 a configuration it expects to be near the best is a *surprise* (:meth:`PairwiseModelSampler.surprise`):
 the sweep measures it once more rather than let one noisy reading end that line.
 """
-
 from __future__ import annotations
 
 import math
@@ -34,7 +37,9 @@ from optuna.trial import FrozenTrial, TrialState
 from core.errors import ConfigError
 from core.slo import Slo
 from core.types import FailureKind, RunStatus
-from tuner.space import Param, SearchSpace
+from tuner.encoding import Encoding, expected_improvement, normal_cdf
+from tuner.pair_model import SparsePairModel
+from tuner.space import SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
 
 SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model's expectation ...
@@ -43,7 +48,6 @@ FEASIBILITY_NOISE = 0.1  # probit link of the feasibility GP
 LISTED_CANDIDATES = 60_000  # list the whole space up to this size; else a random pool
 POOL = 4000
 INIT_DESIGN = 6
-ORDINAL_DECAY = 0.5  # similarity of neighbouring values of an ordered parameter
 # Share of the prior variance on the per-setting (vs pairwise) term. Fixed, not fitted: the launches of
 # the one-setting pass vary one setting at a time, so the likelihood cannot see interactions and chose
 # 0.75, which left a pair that helps only together (MTP without two-batch overlap) without the doubt
@@ -57,51 +61,6 @@ NOISES = (1e-3, 1e-2, 5e-2)  # noise variance, as a share of the prior variance
 # (docs/performance.md).
 TRUST_RADIUS = 2
 Params = dict[str, Any]
-
-
-class Encoding:
-    """Configurations as integer rows (value index per parameter, 0 = inactive) and their similarity."""
-
-    def __init__(self, space: SearchSpace) -> None:
-        self.params: list[Param] = list(space.params)
-        self.values: list[list[Any]] = [p.values() or [] for p in self.params]
-        self.tables = [self._table(p, vals) for p, vals in zip(self.params, self.values, strict=True)]
-
-    @staticmethod
-    def _table(param: Param, values: list[Any]) -> np.ndarray:
-        """Similarity of two value indices of one parameter (index 0 = inactive)."""
-        n = len(values) + 1
-        table = np.eye(n)
-        ordered = param.kind != "categorical" or all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-        if ordered and len(values) > 2:
-            for i in range(1, n):
-                for j in range(1, n):
-                    table[i, j] = ORDINAL_DECAY ** abs(i - j)
-        return table
-
-    def encode(self, params: Params) -> np.ndarray:
-        """The row of one configuration (values off the grid count as inactive)."""
-        row = np.zeros(len(self.params), dtype=np.int32)
-        for i, (p, vals) in enumerate(zip(self.params, self.values, strict=True)):
-            if p.name in params and params[p.name] in vals:
-                row[i] = vals.index(params[p.name]) + 1
-        return row
-
-    def settings_apart(self, rows: np.ndarray, row: np.ndarray) -> np.ndarray:
-        """For each of ``rows``, how many settings differ from ``row``: a conditional parameter counts
-        only where both have it (turning MTP on with its step count is one setting changed, not four)."""
-        conditional = np.array([bool(p.conditions) for p in self.params])
-        differ = rows != row[None, :]
-        both_active = (rows != 0) & (row[None, :] != 0)
-        return np.asarray((differ & (~conditional[None, :] | both_active)).sum(axis=1))
-
-    def similarity(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Mean per-parameter similarity of every row of ``a`` with every row of ``b``."""
-        out = np.zeros((a.shape[0], b.shape[0]))
-        for i, table in enumerate(self.tables):
-            out += table[a[:, i][:, None], b[:, i][None, :]]
-        return out / max(len(self.tables), 1)
 
 
 def _kernel(s: np.ndarray, share: float) -> np.ndarray:
@@ -148,31 +107,20 @@ class Posterior:
         return mu, sd
 
 
-def normal_cdf(z: np.ndarray) -> np.ndarray:
-    """The standard normal CDF, elementwise."""
-    return np.asarray(0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))))
-
-
-def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
-    """EI of a maximisation at each candidate."""
-    z = (mu - best) / sd
-    cdf = normal_cdf(z)
-    pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    return np.asarray((mu - best) * cdf + sd * pdf)
-
-
 class PairwiseModelSampler(WholeConfigSampler):
     """Proposes whole configurations of ``space`` (see module docstring)."""
 
     def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool],
                  feasibility: Callable[[Params], float] | None = None, seed: int | None = None,
                  init_design: int = INIT_DESIGN, epoch: Callable[[], int] | None = None,
-                 start_with_one_pass: bool = False, trust_region: bool = False) -> None:
+                 start_with_one_pass: bool = False, trust_region: bool = False, dense: bool = False) -> None:
         """``blocked`` (never propose) and ``feasibility`` (a weight in 0..1 on a proposal) answer for
         whole configurations and may change only when ``epoch()`` does (results are cached per epoch);
-        ``trust_region``: propose within ``TRUST_RADIUS`` settings of the best measured."""
+        ``trust_region``: propose within ``TRUST_RADIUS`` settings of the best measured; ``dense``: the
+        dense pairwise GP instead of the spike-and-slab model."""
         self.space = space
         self.trust_region = trust_region
+        self.dense = dense
         self.blocked = blocked
         self.feasibility = feasibility or (lambda _: 1.0)
         self.rng = random.Random(seed)
@@ -279,17 +227,24 @@ class PairwiseModelSampler(WholeConfigSampler):
         keys = list(measured)
         x = np.array([self.enc.encode(dict(k)) for k in keys])
         y = np.array([math.log(measured[k]) for k in keys])
-        post = Posterior(self.enc, x, y)
-        if running:  # kriging believer: in-flight configurations count as their predicted value
-            xr = np.array([self.enc.encode(p) for p in running])
-            post = Posterior(self.enc, np.vstack([x, xr]), np.concatenate([y, post.predict(xr)[0]]))
-        mu, sd = post.predict(cand)
-        score = expected_improvement(mu, sd, float(y.max()))
+        xr = np.array([self.enc.encode(p) for p in running]) if running else None
+        score = self._dense_ei(cand, x, y, xr) if self.dense else SparsePairModel(
+            self.enc, x, y, np.random.default_rng(self.rng.randrange(2 ** 32))).expected_improvement(
+            cand, float(y.max()), xr)
         score *= self._feasibility(cand, x, [p for p in failed if config_key(p) not in self._slo_missed])
         score *= self._meets_slos(cand)
         score *= doubt
         top = np.flatnonzero(score >= score.max() * (1 - 1e-9))
         return int(top[self.rng.randrange(len(top))])
+
+    def _dense_ei(self, cand: np.ndarray, x: np.ndarray, y: np.ndarray, xr: np.ndarray | None) -> np.ndarray:
+        """Expected improvement under the dense pairwise GP; in-flight rows ``xr`` count as their
+        predicted value (kriging believer)."""
+        post = Posterior(self.enc, x, y)
+        if xr is not None:
+            post = Posterior(self.enc, np.vstack([x, xr]), np.concatenate([y, post.predict(xr)[0]]))
+        mu, sd = post.predict(cand)
+        return expected_improvement(mu, sd, float(y.max()))
 
     def _meets_slos(self, cand: np.ndarray) -> np.ndarray:
         """Chance that a candidate meets every service-level objective: per objective, a GP on the log of

@@ -148,3 +148,27 @@ def test_a_log_naming_another_checkpoint_format_puts_the_checkpoint_in_the_rule(
                                          "config_error, from trials 3, 4 (named by the log)")
     assert rule.matches({"quant_format": "mxfp4", "moe_runner_backend": "flashinfer_trtllm"})
     assert not rule.matches({"quant_format": "nvfp4", "moe_runner_backend": "flashinfer_trtllm"})
+
+
+def test_doubt_is_shared_among_explanations_and_grows_with_the_failures(write_yaml: Any) -> None:
+    from tuner.failure_rules import SUSPECT_ODDS, RuleBook
+
+    tie = [ok(1, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=32),
+           ok(2, moe_a2a_backend="deepep", ep_size=8, attention_backend="triton", cuda_graph_max_bs=32),
+           failed(3, "crashed", "RuntimeError: CUDA error: an illegal memory access was encountered",
+                  moe_a2a_backend="deepep", ep_size=8, attention_backend="fa3", cuda_graph_max_bs=32)]
+    book = RuleBook(load_space(write_yaml(SPACE)))
+    book.rules = book.learner.learn(tie)  # suspects: fa3 with ep 8, fa3 with deepep, and all three
+    assert book.feasibility({"moe_a2a_backend": "deepep", "ep_size": 8, "attention_backend": "fa3"}) == SUSPECT_ODDS
+    one_of_three = book.feasibility({"moe_a2a_backend": "none", "ep_size": 8, "attention_backend": "fa3"})
+    assert one_of_three == 1 - (1 - SUSPECT_ODDS) / 3, "one explanation of three: not doubted as if certain"
+    assert book.feasibility({"moe_a2a_backend": "deepep", "ep_size": 8, "attention_backend": "triton"}) == 1.0
+
+    base = dict(moe_a2a_backend="none", ep_size=1, attention_backend="fa3")
+    oom = [ok(1, cuda_graph_max_bs=32, **base), failed(2, "oom", OOM, cuda_graph_max_bs=256, **base)]
+    candidate = {**base, "cuda_graph_max_bs": 256, "ep_size": 4}
+    book.rules = book.learner.learn(oom)
+    once = book.feasibility(candidate)
+    book.rules = book.learner.learn([*oom, failed(3, "oom", OOM, cuda_graph_max_bs=256,
+                                                  **{**base, "moe_a2a_backend": "deepep", "ep_size": 8})])
+    assert (once, book.feasibility(candidate)) == (SUSPECT_ODDS, SUSPECT_ODDS ** 2)

@@ -13,7 +13,8 @@ import numpy as np
 import optuna
 
 from tests.conftest import FIXTURES
-from tuner.model_sampler import Encoding, PairwiseModelSampler
+from tuner.encoding import Encoding
+from tuner.model_sampler import PairwiseModelSampler
 from tuner.space_loader import load_space
 from workers.sim.offline import OfflineModel
 

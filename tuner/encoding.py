@@ -1,0 +1,72 @@
+"""Launch configurations as integer rows, their similarity, and expected improvement: what the
+model-based samplers share (:mod:`tuner.model_sampler`, :mod:`tuner.pair_model`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tuner.space import Param, SearchSpace
+
+ORDINAL_DECAY = 0.5  # similarity of neighbouring values of an ordered parameter
+Params = dict[str, Any]
+
+
+class Encoding:
+    """Configurations as integer rows (value index per parameter, 0 = inactive) and their similarity."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.params: list[Param] = list(space.params)
+        self.values: list[list[Any]] = [p.values() or [] for p in self.params]
+        self.tables = [self._table(p, vals) for p, vals in zip(self.params, self.values, strict=True)]
+
+    @staticmethod
+    def _table(param: Param, values: list[Any]) -> np.ndarray:
+        """Similarity of two value indices of one parameter (index 0 = inactive)."""
+        n = len(values) + 1
+        table = np.eye(n)
+        ordered = param.kind != "categorical" or all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        if ordered and len(values) > 2:
+            for i in range(1, n):
+                for j in range(1, n):
+                    table[i, j] = ORDINAL_DECAY ** abs(i - j)
+        return table
+
+    def encode(self, params: Params) -> np.ndarray:
+        """The row of one configuration (values off the grid count as inactive)."""
+        row = np.zeros(len(self.params), dtype=np.int32)
+        for i, (p, vals) in enumerate(zip(self.params, self.values, strict=True)):
+            if p.name in params and params[p.name] in vals:
+                row[i] = vals.index(params[p.name]) + 1
+        return row
+
+    def settings_apart(self, rows: np.ndarray, row: np.ndarray) -> np.ndarray:
+        """For each of ``rows``, how many settings differ from ``row``: a conditional parameter counts
+        only where both have it (turning MTP on with its step count is one setting changed, not four)."""
+        conditional = np.array([bool(p.conditions) for p in self.params])
+        differ = rows != row[None, :]
+        both_active = (rows != 0) & (row[None, :] != 0)
+        return np.asarray((differ & (~conditional[None, :] | both_active)).sum(axis=1))
+
+    def similarity(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Mean per-parameter similarity of every row of ``a`` with every row of ``b``."""
+        out = np.zeros((a.shape[0], b.shape[0]))
+        for i, table in enumerate(self.tables):
+            out += table[a[:, i][:, None], b[:, i][None, :]]
+        return out / max(len(self.tables), 1)
+
+
+def normal_cdf(z: np.ndarray) -> np.ndarray:
+    """The standard normal CDF, elementwise."""
+    return np.asarray(0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))))
+
+
+def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
+    """EI of a maximisation at each candidate."""
+    z = (mu - best) / sd
+    cdf = normal_cdf(z)
+    pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return np.asarray((mu - best) * cdf + sd * pdf)
