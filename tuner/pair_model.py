@@ -12,6 +12,10 @@ average; the sparse prior of BOCS, Baptista & Poloczek 2018, as a Gaussian proce
 show loud is exploited; an untried corner of a pair that may be loud keeps the doubt that gets it
 tried; the many quiet pairs do not blur the rest.
 
+A reading far below what the other launches predict of it (left out, :data:`OUTLIER_Z` standard
+deviations) is trusted less, as one noisy-neighbour reading at 0.75x would be; a second reading of
+the same configuration (the sweep re-measures surprises) or low readings of its neighbours restore it.
+
 Scales are absolute in log tok/s (a loud pair moves throughput by about 20%), not relative to the
 spread of the readings, which after a one-setting pass says nothing about the corners not measured.
 """
@@ -31,6 +35,8 @@ SLAB_SD = 0.2  # a loud pair's effects: about +-20% of throughput
 LOUD_PRIOR = 0.2  # prior chance that a pair of settings is loud
 MAIN_VARS = (0.003, 0.01, 0.03)  # per-setting effect variances tried (by marginal likelihood)
 NOISE_VARS = (1e-4, 5e-4, 3e-3)  # reading noise variances tried: sd 1%, 2%, 5.5%
+OUTLIER_Z = 3.0  # a reading this many standard deviations below what the others predict of it (left out) ...
+OUTLIER_VAR = 0.25 ** 2  # ... is trusted less: its noise variance grows by this (a 0.75x noisy neighbour)
 GIBBS_SWEEPS = 24  # sweeps over every pair; the structures of the second half are kept
 Sample = tuple[tuple[int, ...], float, float]  # loud pairs (indices into the model's pairs), two scales
 
@@ -66,17 +72,34 @@ class SparsePairModel:
     """The spike-and-slab model fitted to measured rows ``x`` with log tok/s ``y`` (module doc);
     ``rng`` drives the Gibbs sampler, so a seeded sweep proposes the same configurations."""
 
-    def __init__(self, enc: Encoding, x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> None:
+    def __init__(self, enc: Encoding, x: np.ndarray, y: np.ndarray, rng: np.random.Generator,
+                 outlier_z: float = OUTLIER_Z) -> None:
         self.enc, self.x = enc, x
         self.mean = float(np.mean(y))
         self.yc = y - self.mean
         self.pairs = list(itertools.combinations(range(len(enc.tables)), 2))
-        self.samples = self._gibbs(_Similarity(enc, x, x), rng)
+        self.doubted = np.zeros(len(y))  # extra noise variance of readings that look like low outliers
+        sim = _Similarity(enc, x, x)
+        self.samples = self._gibbs(sim, rng)
+        low = self._low_outliers(sim, outlier_z)
+        if low.any():
+            self.doubted = np.where(low, OUTLIER_VAR, 0.0)
+            self.samples = self._gibbs(sim, rng)
+
+    def _low_outliers(self, sim: _Similarity, z: float) -> np.ndarray:
+        """Readings more than ``z`` standard deviations below what the rest predict of them (leave-one-
+        out under the most sampled structure): one low reading should not end a configuration's line."""
+        (structure, main_var, noise_var), _ = max(self.samples.items(), key=lambda kv: kv[1])
+        k = sim.covariance(main_var, [self.pairs[p] for p in structure]) + noise_var * np.eye(len(self.yc))
+        inv = np.linalg.inv(k)
+        diag = np.diag(inv)
+        return np.asarray((inv @ self.yc) / np.sqrt(diag) < -z)  # residual/sd = (K^-1 y)_i / sqrt(K^-1_ii)
 
     def _gibbs(self, sim: _Similarity, rng: np.random.Generator) -> dict[Sample, int]:
         """(loud pairs, per-setting variance, noise variance) sampled from their posterior, with the
         times each was sampled: each sweep flips every pair in turn, then redraws the two scales."""
         eye = np.eye(len(self.yc))
+        doubted = np.diag(self.doubted)
         steps = [(SLAB_SD ** 2 - SPIKE_SD ** 2) * sim.per[i] * sim.per[j] for i, j in self.pairs]
         scales = [(m, n) for m in MAIN_VARS for n in NOISE_VARS]
         main_var, noise_var = scales[len(scales) // 2]
@@ -85,7 +108,7 @@ class SparsePairModel:
         prior_logit = math.log(LOUD_PRIOR / (1 - LOUD_PRIOR))
         kept: dict[Sample, int] = {}
         for sweep in range(GIBBS_SWEEPS):
-            base = sim.covariance(main_var, []) + noise_var * eye
+            base = sim.covariance(main_var, []) + noise_var * eye + doubted
             current = _log_likelihood(base + extra, self.yc)
             for p in rng.permutation(len(self.pairs)):
                 flipped = extra - steps[p] if loud[p] else extra + steps[p]
@@ -94,7 +117,8 @@ class SparsePairModel:
                 logit = min(max(on - off + prior_logit, -50.0), 50.0)
                 if (rng.random() < 1 / (1 + math.exp(-logit))) != loud[p]:
                     loud[p], extra, current = not loud[p], flipped, other
-            lls = np.array([_log_likelihood(sim.covariance(m, []) + extra + n * eye, self.yc) for m, n in scales])
+            lls = np.array([_log_likelihood(sim.covariance(m, []) + extra + n * eye + doubted, self.yc)
+                            for m, n in scales])
             odds = np.exp(lls - lls.max())
             main_var, noise_var = scales[int(rng.choice(len(scales), p=odds / odds.sum()))]
             if sweep >= GIBBS_SWEEPS // 2:
@@ -121,6 +145,7 @@ class SparsePairModel:
         for (structure, main_var, noise_var), count in self.samples.items():
             loud = [self.pairs[p] for p in structure]
             k = sim.covariance(main_var, loud) + noise_var * np.eye(len(x))
+            k[:n, :n] += np.diag(self.doubted)
             yc = self.yc
             if len(x) > n:
                 yc = np.concatenate([yc, k[n:, :n] @ np.linalg.solve(k[:n, :n], yc)])

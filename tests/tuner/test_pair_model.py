@@ -65,3 +65,14 @@ def test_its_best_expected_improvement_is_the_corner_that_pays(
     values = sorted((log_value(r, mains) for r in cand), reverse=True)
     assert log_value(top, mains) >= values[int(0.02 * len(values))] - 1e-12, "within the best 2% of 700"
     assert math.isfinite(float(ei.max()))
+
+
+def test_one_low_reading_among_consistent_ones_is_doubted(
+        fitted: tuple[SparsePairModel, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    model, _, _, x = fitted
+    assert not model.doubted.any(), "readings that agree with the rest are trusted"
+    y = model.yc + model.mean
+    low = y.copy()
+    low[5] += math.log(0.75)  # a noisy neighbour on one launch
+    doubted = SparsePairModel(model.enc, x, low, np.random.default_rng(0)).doubted
+    assert np.flatnonzero(doubted).tolist() == [5]
