@@ -37,7 +37,8 @@ MAIN_VARS = (0.003, 0.01, 0.03)  # per-setting effect variances tried (by margin
 NOISE_VARS = (1e-4, 5e-4, 3e-3)  # reading noise variances tried: sd 1%, 2%, 5.5%
 OUTLIER_Z = 3.0  # a reading this many standard deviations below what the others predict of it (left out) ...
 OUTLIER_VAR = 0.25 ** 2  # ... is trusted less: its noise variance grows by this (a 0.75x noisy neighbour)
-GIBBS_SWEEPS = 24  # sweeps over every pair; the structures of the second half are kept
+GIBBS_SWEEPS = 24  # sweeps over every pair; the structures of the second half are kept ...
+GIBBS_FULL_UNTIL = 50  # ... up to this many launches; beyond, fewer (each costs more, and more data decide)
 Sample = tuple[tuple[int, ...], float, float]  # loud pairs (indices into the model's pairs), two scales
 
 
@@ -107,7 +108,8 @@ class SparsePairModel:
         extra = np.zeros_like(eye)
         prior_logit = math.log(LOUD_PRIOR / (1 - LOUD_PRIOR))
         kept: dict[Sample, int] = {}
-        for sweep in range(GIBBS_SWEEPS):
+        sweeps = max(4, GIBBS_SWEEPS * min(1, GIBBS_FULL_UNTIL / len(self.yc)))
+        for sweep in range(int(sweeps)):
             base = sim.covariance(main_var, []) + noise_var * eye + doubted
             current = _log_likelihood(base + extra, self.yc)
             for p in rng.permutation(len(self.pairs)):
@@ -121,7 +123,7 @@ class SparsePairModel:
                             for m, n in scales])
             odds = np.exp(lls - lls.max())
             main_var, noise_var = scales[int(rng.choice(len(scales), p=odds / odds.sum()))]
-            if sweep >= GIBBS_SWEEPS // 2:
+            if sweep >= int(sweeps) // 2:
                 sample = (tuple(int(i) for i in np.flatnonzero(loud)), main_var, noise_var)
                 kept[sample] = kept.get(sample, 0) + 1
         return kept
