@@ -43,19 +43,35 @@ Sample = tuple[tuple[int, ...], float, float]  # loud pairs (indices into the mo
 
 
 class _Similarity:
-    """Per-parameter similarities of rows ``a`` with rows ``b``, their sum, and the sum over pairs of
-    parameters of their products (what the kernel is made of)."""
+    """Per-parameter similarities of rows ``a`` with rows ``b`` (made when a loud pair needs them), their
+    sum, and the sum over pairs of parameters of their products (what the kernel is made of). Summed
+    in place: with every configuration of a space as ``a``, a stacked array would not fit in a cache."""
 
     def __init__(self, enc: Encoding, a: np.ndarray, b: np.ndarray) -> None:
-        self.per = [table[a[:, i][:, None], b[:, i][None, :]] for i, table in enumerate(enc.tables)]
-        self.total = np.sum(self.per, axis=0)
-        self.all_pairs = 0.5 * (self.total * self.total - np.sum([s * s for s in self.per], axis=0))
+        self.enc, self.a, self.b = enc, a, b
+        self._per: dict[int, np.ndarray] = {}
+        self.total = np.zeros((len(a), len(b)))
+        squares = np.zeros_like(self.total)
+        for i in range(len(enc.tables)):
+            s = self._gather(i)
+            self.total += s
+            squares += s * s
+        self.all_pairs = 0.5 * (self.total * self.total - squares)
+
+    def _gather(self, i: int) -> np.ndarray:
+        return np.asarray(self.enc.tables[i][self.a[:, i][:, None], self.b[:, i][None, :]])
+
+    def per(self, i: int) -> np.ndarray:
+        """Similarity of every row of ``a`` with every row of ``b`` in parameter ``i`` alone."""
+        if i not in self._per:
+            self._per[i] = self._gather(i)
+        return self._per[i]
 
     def covariance(self, main_var: float, loud: list[tuple[int, int]]) -> np.ndarray:
         """The prior covariance with the ``loud`` pairs (of parameter indices) loud, the rest quiet."""
         k = LEVEL_VAR + main_var * self.total + SPIKE_SD ** 2 * self.all_pairs
         for i, j in loud:
-            k = k + (SLAB_SD ** 2 - SPIKE_SD ** 2) * self.per[i] * self.per[j]
+            k = k + (SLAB_SD ** 2 - SPIKE_SD ** 2) * self.per(i) * self.per(j)
         return np.asarray(k)
 
 
@@ -101,7 +117,7 @@ class SparsePairModel:
         times each was sampled: each sweep flips every pair in turn, then redraws the two scales."""
         eye = np.eye(len(self.yc))
         doubted = np.diag(self.doubted)
-        steps = [(SLAB_SD ** 2 - SPIKE_SD ** 2) * sim.per[i] * sim.per[j] for i, j in self.pairs]
+        steps = [(SLAB_SD ** 2 - SPIKE_SD ** 2) * sim.per(i) * sim.per(j) for i, j in self.pairs]
         scales = [(m, n) for m in MAIN_VARS for n in NOISE_VARS]
         main_var, noise_var = scales[len(scales) // 2]
         loud = np.zeros(len(self.pairs), dtype=bool)
