@@ -12,6 +12,7 @@ its RUNNING trials are then taken over by whoever looks next. On PostgreSQL the 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from db.models import DriverRecord, LaunchClaim, SweepRecord
 STALE_S = 90.0  # a heartbeat older than this: the driver is gone
 BEAT_EVERY_S = 10.0
 
+# Optuna's own table of trial attributes (same database): its (trial_id, key) pair is unique.
+_OWN = text("INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (:trial, :key, :value)")
 _CLAIM = text("""
 INSERT INTO tuner_launch_claims (sweep_id, config_key, trial_number, driver, counted)
 SELECT CAST(:sweep AS INTEGER), CAST(:key AS VARCHAR(32)), CAST(:trial AS INTEGER), CAST(:driver AS VARCHAR(200)),
@@ -175,6 +178,17 @@ class Coordination:
             return s.scalar(text("SELECT 1 FROM tuner_trial_runs WHERE sweep_id = :sweep AND config_key = :key "
                                  "AND status IN ('ok', 'infeasible') AND repeat_of IS NULL LIMIT 1"),
                             {"sweep": self.sweep_id, "key": config_key}) is not None
+
+    def own_trial(self, trial_id: int, key: str) -> bool:
+        """Take a trial of the shared study for this driver by writing its owner attribute ``key``, in one
+        INSERT that Optuna's unique (trial, key) constraint lets only one driver make: two drivers that
+        popped the same queued trial (a re-measure, a retry) must not both run it. False: another has it."""
+        try:
+            with self._session() as s:
+                s.execute(_OWN, {"trial": trial_id, "key": key, "value": json.dumps(str(self.me))})
+        except IntegrityError:
+            return False
+        return True
 
     def claimed(self, config_key: str) -> bool:
         """Is some driver launching this configuration now?"""

@@ -260,7 +260,8 @@ class Sweep:
     def _propose(self, ctx: Context, flight: Flight, quota: Quota) -> Pending | None:
         """Ask for a trial; None when it was answered without a launch (forbidden, learned, measured)."""
         trial = ctx.study.ask()
-        ctx.study._storage.set_trial_system_attr(trial._trial_id, DRIVER_ATTR, str(ctx.coord.me))
+        if not ctx.coord.own_trial(trial._trial_id, DRIVER_ATTR):  # another driver popped this queued trial too
+            return None
         baseline = bool(trial.user_attrs.get("baseline"))
         repeat_of = trial.user_attrs.get("repeat_of")
         if flight.need_baseline and "retry_of" not in trial.user_attrs and repeat_of is None \

@@ -69,3 +69,16 @@ def test_recording_a_run_releases_its_claim(tmp_path: Path) -> None:
     assert not me.claimed(key) and me.committed() == 0
     me.leave()
     assert me.alive() == set()
+
+
+def test_a_queued_trial_popped_by_two_drivers_is_owned_by_one(tmp_path: Path) -> None:
+    import optuna
+
+    store, sweep = _store(tmp_path)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 't.db'}", study_name="s")
+    study.enqueue_trial({"x": 1.0})
+    trial = study.ask()  # what both drivers read as theirs when their pops of the queue interleave
+    first, second = Coordination(store.engine, sweep, "t.db"), Coordination(store.engine, sweep, "t.db")
+    assert first.own_trial(trial._trial_id, "driver")
+    assert not second.own_trial(trial._trial_id, "driver"), "the second driver leaves it to the first"
+    assert study.trials[0].system_attrs["driver"] == str(first.me)
