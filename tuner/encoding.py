@@ -1,4 +1,4 @@
-"""Launch configurations as integer rows, their similarity, and expected improvement: what the
+"""Launch configurations as integer rows, their similarity, a GP's likelihood and expected improvement: what the
 model-based samplers share (:mod:`tuner.model_sampler`, :mod:`tuner.pair_model`)."""
 
 from __future__ import annotations
@@ -57,6 +57,16 @@ class Encoding:
         for i, table in enumerate(self.tables):
             out += table[a[:, i][:, None], b[:, i][None, :]]
         return out / max(len(self.tables), 1)
+
+
+def log_likelihood(k: np.ndarray, yc: np.ndarray) -> float:
+    """Log marginal likelihood of ``yc`` under a GP covariance ``k`` (up to a constant); -inf if singular."""
+    try:
+        chol = np.linalg.cholesky(k)
+    except np.linalg.LinAlgError:
+        return -math.inf
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, yc))
+    return float(-0.5 * yc @ alpha - np.log(np.diag(chol)).sum())
 
 
 def normal_cdf(z: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 from core.errors import ConfigError
 from core.slo import Slo
 from core.types import FailureKind, RunStatus
-from tuner.encoding import Encoding, expected_improvement, normal_cdf
+from tuner.encoding import Encoding, expected_improvement, log_likelihood, normal_cdf
 from tuner.pair_model import SparsePairModel
 from tuner.space import SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
@@ -90,13 +90,7 @@ class Posterior:
         self.alpha = np.linalg.solve(self.chol.T, np.linalg.solve(self.chol, yc))
 
     def _log_likelihood(self, s: np.ndarray, yc: np.ndarray, share: float, noise: float) -> float:
-        k = self.var * _kernel(s, share) + noise * self.var * np.eye(len(yc))
-        try:
-            chol = np.linalg.cholesky(k)
-        except np.linalg.LinAlgError:
-            return -math.inf
-        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, yc))
-        return float(-0.5 * yc @ alpha - np.log(np.diag(chol)).sum())
+        return log_likelihood(self.var * _kernel(s, share) + noise * self.var * np.eye(len(yc)), yc)
 
     def predict(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean (log tok/s) and standard deviation at candidate rows."""

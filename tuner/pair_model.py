@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from tuner.encoding import Encoding, expected_improvement
+from tuner.encoding import Encoding, expected_improvement, log_likelihood
 
 LEVEL_VAR = 0.05  # prior variance of the overall level (log tok/s, after centring)
 SPIKE_SD = 0.02  # a quiet pair's effects (log tok/s)
@@ -75,16 +75,6 @@ class _Similarity:
         return np.asarray(k)
 
 
-def _log_likelihood(k: np.ndarray, yc: np.ndarray) -> float:
-    """Log marginal likelihood of ``yc`` under covariance ``k`` (up to a constant); -inf if singular."""
-    try:
-        chol = np.linalg.cholesky(k)
-    except np.linalg.LinAlgError:
-        return -math.inf
-    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, yc))
-    return float(-0.5 * yc @ alpha - np.log(np.diag(chol)).sum())
-
-
 class SparsePairModel:
     """The spike-and-slab model fitted to measured rows ``x`` with log tok/s ``y`` (module doc);
     ``rng`` drives the Gibbs sampler, so a seeded sweep proposes the same configurations."""
@@ -119,6 +109,7 @@ class SparsePairModel:
         doubted = np.diag(self.doubted)
         steps = [(SLAB_SD ** 2 - SPIKE_SD ** 2) * sim.per(i) * sim.per(j) for i, j in self.pairs]
         scales = [(m, n) for m in MAIN_VARS for n in NOISE_VARS]
+        quiet = {m: sim.covariance(m, []) for m in MAIN_VARS}  # every pair quiet, per per-setting variance
         main_var, noise_var = scales[len(scales) // 2]
         loud = np.zeros(len(self.pairs), dtype=bool)
         extra = np.zeros_like(eye)
@@ -126,17 +117,16 @@ class SparsePairModel:
         kept: dict[Sample, int] = {}
         sweeps = max(4, GIBBS_SWEEPS * min(1, GIBBS_FULL_UNTIL / len(self.yc)))
         for sweep in range(int(sweeps)):
-            base = sim.covariance(main_var, []) + noise_var * eye + doubted
-            current = _log_likelihood(base + extra, self.yc)
+            base = quiet[main_var] + noise_var * eye + doubted
+            current = log_likelihood(base + extra, self.yc)
             for p in rng.permutation(len(self.pairs)):
                 flipped = extra - steps[p] if loud[p] else extra + steps[p]
-                other = _log_likelihood(base + flipped, self.yc)
+                other = log_likelihood(base + flipped, self.yc)
                 on, off = (current, other) if loud[p] else (other, current)
                 logit = min(max(on - off + prior_logit, -50.0), 50.0)
                 if (rng.random() < 1 / (1 + math.exp(-logit))) != loud[p]:
                     loud[p], extra, current = not loud[p], flipped, other
-            lls = np.array([_log_likelihood(sim.covariance(m, []) + extra + n * eye + doubted, self.yc)
-                            for m, n in scales])
+            lls = np.array([log_likelihood(quiet[m] + extra + n * eye + doubted, self.yc) for m, n in scales])
             odds = np.exp(lls - lls.max())
             main_var, noise_var = scales[int(rng.choice(len(scales), p=odds / odds.sum()))]
             if sweep >= int(sweeps) // 2:
