@@ -49,7 +49,7 @@ class CoordinateSampler(WholeConfigSampler):
                     continue
                 variants = self._variants(current, param.name)
                 variants += [r for v in variants if config_key(v) in reasons
-                             for r in self._repairs(v, param.name, reasons[config_key(v)])]
+                             for r in self._repairs(v, param.name, reasons[config_key(v)], measured)]
                 for v in variants:
                     if config_key(v) not in tried and not self.blocked(v):
                         return v
@@ -78,16 +78,21 @@ class CoordinateSampler(WholeConfigSampler):
         missed = [v for v in variants if config_key(v) in metrics]
         return min(missed, key=miss) if missed else None
 
-    def _repairs(self, failed: Params, name: str, why: tuple[str, str]) -> list[Params]:
+    def _repairs(self, failed: Params, name: str, why: tuple[str, str], measured: dict[Any, float]) -> list[Params]:
         """The failed variant with another value of each other setting its failure's log names:
-        "DeepEP requires ep_size == 8" after ``moe_a2a_backend=deepep`` failed at ep_size 1 tries it
-        at the other EP sizes, as one would by hand."""
+        "DeepEP requires ep_size == tp_size (8)" after ``moe_a2a_backend=deepep`` failed at ep_size 1
+        tries it at the other EP sizes, as one would by hand: first at the values the log names (EP 8),
+        and at the others only if none of those ran, so a message that says what it needs costs one
+        failed launch, not one per value."""
         named = self.learner.named_pairs(Observation(0, failed, why[0] or "failed", why[1]))
         out: list[Params] = []
         for other, value in named:
             if other == name:
                 continue
-            out.extend(v for v in self._variants(failed, other) if v.get(other) != value)
+            variants = [v for v in self._variants(failed, other) if v.get(other) != value]
+            asked = [v for v in variants if self.learner.names_value(other, v.get(other), why[1])]
+            ran = any(config_key(v) in measured for v in asked)
+            out.extend(asked if ran else asked + [v for v in variants if v not in asked])
         return out
 
     def _variants(self, current: Params, name: str) -> list[Params]:

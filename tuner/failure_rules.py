@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from core.types import FailureKind
@@ -48,6 +48,8 @@ Pair = tuple[str, Any]
 QUANTIZATION_ALIASES = {"nvfp4": ("modelopt_fp4", "nvfp4_online", "petit_nvfp4"),
                         "mxfp4": ("quark_mxfp4",), "fp8": ("modelopt_fp8", "w8a8_fp8")}
 CHECKPOINT_DESTS = ("model_path", "quantization")
+# A log line that compares or negates does not state plainly which values a setting needs.
+STATED_HEDGES = re.compile(r"[<>]|\b(at least|at most|minimum|maximum|not|cannot|unsupported|no)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,16 @@ class Learner:
             self._only_names(n, u) & rest for u in self.domains.get(n, ()) if u != v)]
         return sorted([*direct, *other], key=repr)
 
+    def names_value(self, name: str, value: Any, reason: str) -> bool:
+        """Does ``reason`` name ``name=value`` ("requires ep_size == tp_size (8)" names ``ep_size=8``;
+        "supports kv_cache_dtype fp8_e4m3 or auto" names ``kv_cache_dtype=auto``)? A number counts as
+        a whole word; a word as in :meth:`named_pairs`."""
+        tokens = _tokens(reason)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            said = re.sub(r"exited with code -?\d+", "", reason)  # the exit status is not a setting
+            return str(value) in set(re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", said))
+        return bool(self._only_names(name, value) & tokens)
+
     def _only_names(self, name: str, value: Any) -> set[str]:
         """The words that name ``name=value`` and no other value of ``name``."""
         others = [self._names(name, u) for u in self.domains.get(name, ()) if u != value]
@@ -198,18 +210,45 @@ class Learner:
             together = _minimal_causes(frozenset.intersection(*distinct), successes)
             if len(together) == 1:
                 return judged(together[0], any(set(together[0]) & set(self.named_pairs(f)) for f in failures))
-        rules = []
+        rules: list[Rule] = []
         for pairs, f in distinct.items():
             core = frozenset(self.named_pairs(f))
             causes = _minimal_causes(pairs, successes, core) if core else []
             named = bool(causes)
             causes = causes or _minimal_causes(pairs, successes)
             if len(causes) == 1:
-                rules.extend(judged(causes[0], named))
+                rules.extend(self._as_stated(r, f, successes) if named else r for r in judged(causes[0], named))
             elif causes:  # several explanations fit: each is a suspect until more launches tell them apart,
                 rules.extend(_rule(c, failures, sig, named, False) for c in causes)
                 rules.extend(judged(frozenset().union(*causes), named))  # all of them together: the corner
         return rules
+
+    def _as_stated(self, rule: Rule, failure: Observation, successes: list[frozenset[Pair]]) -> Rule:
+        """``rule`` over every value of a setting that the failure's log says is not what it needs:
+        "DeepEP requires ep_size == tp_size (8)" after a failure at EP 1 covers EP 1, 2 and 4. Only
+        where the line states what it needs plainly (:meth:`stated_values`) and no success contradicts."""
+        params = []
+        for name, values in rule.params:
+            stated = self.stated_values(name, values[0], failure.reason) if len(values) == 1 else None
+            domain = self.domains.get(name) or []
+            params.append((name, tuple(v for v in domain if v not in stated) if stated else values))
+        widened = replace(rule, params=tuple(params))
+        return rule if any(widened.matches(dict(s)) for s in successes) else widened
+
+    def stated_values(self, name: str, value: Any, reason: str) -> set[Any] | None:
+        """The values of ``name`` that ``reason`` says are required, when it names the setting itself and
+        other values of it plainly ("requires ep_size == tp_size (8)", "supports kv_cache_dtype fp8_e4m3
+        or auto"); None where it names none, or compares or negates (">", "at least", "not": a reading
+        of those would be a guess)."""
+        said = re.sub(r"exited with code -?\d+|\(exit -?\d+\)", "", reason)
+        if STATED_HEDGES.search(said):
+            return None
+        domain = self.domains.get(name) or []
+        setting = set.intersection(*(self._names(name, u) for u in domain)) if domain else set()
+        if not setting & _tokens(said):
+            return None
+        stated = {u for u in domain if u != value and self.names_value(name, u, said)}
+        return stated or None
 
     def _judged(self, cause: frozenset[Pair], supports: list[Observation], sig: str, named: bool) -> list[Rule]:
         """``cause`` as a confirmed rule where the evidence justifies it; else a suspected rule, plus

@@ -37,7 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 from core.errors import ConfigError
 from core.slo import Slo
 from core.types import FailureKind, RunStatus
-from tuner.encoding import Encoding, expected_improvement, log_likelihood, normal_cdf
+from tuner.encoding import Encoding, Factored, expected_improvement, log_likelihood, normal_cdf
 from tuner.pair_model import SparsePairModel
 from tuner.space import SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
@@ -45,6 +45,7 @@ from tuner.whole_config import WholeConfigSampler, config_key, history
 SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model's expectation ...
 SURPRISE_NEAR_BEST = 0.97  # ... of a configuration expected within 3% of the best is measured again
 FEASIBILITY_NOISE = 0.1  # probit link of the feasibility GP
+FEASIBILITY_BATCH = 512  # candidates whose chance to run is worked out at a time, best first
 LISTED_CANDIDATES = 60_000  # list the whole space up to this size; else a random pool
 POOL = 4000
 INIT_DESIGN = 6
@@ -85,9 +86,7 @@ class Posterior:
         assert best is not None
         _, self.share, noise = best
         self.noise_var = noise * self.var
-        k = self.var * _kernel(s, self.share) + self.noise_var * np.eye(len(y))
-        self.chol = np.linalg.cholesky(k)
-        self.alpha = np.linalg.solve(self.chol.T, np.linalg.solve(self.chol, yc))
+        self.fit = Factored(self.var * _kernel(s, self.share) + self.noise_var * np.eye(len(y)), yc)
 
     def _log_likelihood(self, s: np.ndarray, yc: np.ndarray, share: float, noise: float) -> float:
         return log_likelihood(self.var * _kernel(s, share) + noise * self.var * np.eye(len(yc)), yc)
@@ -95,9 +94,8 @@ class Posterior:
     def predict(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean (log tok/s) and standard deviation at candidate rows."""
         ks = self.var * _kernel(self.enc.similarity(cand, self.x), self.share)
-        mu = self.mean + ks @ self.alpha
-        v = np.linalg.solve(self.chol, ks.T)
-        sd = np.sqrt(np.maximum(self.var - (v * v).sum(axis=0), 1e-12))
+        mu = self.mean + ks @ self.fit.alpha
+        sd = np.sqrt(np.maximum(self.var - self.fit.explained(ks), 1e-12))
         return mu, sd
 
 
@@ -225,11 +223,31 @@ class PairwiseModelSampler(WholeConfigSampler):
         score = self._dense_ei(cand, x, y, xr) if self.dense else SparsePairModel(
             self.enc, x, y, np.random.default_rng(self.rng.randrange(2 ** 32))).expected_improvement(
             cand, float(y.max()), xr)
-        score *= self._feasibility(cand, x, [p for p in failed if config_key(p) not in self._slo_missed])
         score *= self._meets_slos(cand)
         score *= doubt
+        score = self._discount_by_failures(score, cand, x, [p for p in failed if config_key(p) not in self._slo_missed])
         top = np.flatnonzero(score >= score.max() * (1 - 1e-9))
         return int(top[self.rng.randrange(len(top))])
+
+    def _discount_by_failures(self, score: np.ndarray, cand: np.ndarray, ok: np.ndarray,
+                              failed: list[Params]) -> np.ndarray:
+        """``score`` times each candidate's chance to run (:meth:`_feasibility`), worked out best score
+        first and only while a candidate's undiscounted score could still reach the best discounted one
+        (a chance is at most 1); the rest are left at 0. The best candidates, ties included, are those of
+        the full product, at a fraction of the cost on a large space."""
+        if not failed:
+            return score
+        chance = self._feasibility(ok, failed)
+        order = np.argsort(-score, kind="stable")
+        out = np.zeros_like(score)
+        best = 0.0
+        for start in range(0, len(order), FEASIBILITY_BATCH):
+            if score[order[start]] < best * (1 - 1e-9):
+                break
+            batch = order[start:start + FEASIBILITY_BATCH]
+            out[batch] = score[batch] * chance(cand[batch])
+            best = max(best, float(out[batch].max()))
+        return out
 
     def _dense_ei(self, cand: np.ndarray, x: np.ndarray, y: np.ndarray, xr: np.ndarray | None) -> np.ndarray:
         """Expected improvement under the dense pairwise GP; in-flight rows ``xr`` count as their
@@ -256,18 +274,19 @@ class PairwiseModelSampler(WholeConfigSampler):
             chance *= normal_cdf(z if slo.is_ceiling else -z)
         return chance
 
-    def _feasibility(self, cand: np.ndarray, ok: np.ndarray, failed: list[Params]) -> np.ndarray:
-        """Chance that a candidate runs: a GP on the launches' outcomes (+1 ran, -1 failed) with the same
-        pairwise kernel, so a failure that needs two settings together lowers the chance of exactly
+    def _feasibility(self, ok: np.ndarray, failed: list[Params]) -> Callable[[np.ndarray], np.ndarray]:
+        """Chance that a candidate (row) runs: a GP on the launches' outcomes (+1 ran, -1 failed) with the
+        same pairwise kernel, so a failure that needs two settings together lowers the chance of exactly
         the candidates that share both."""
-        if not failed:
-            return np.ones(len(cand))
         bad = np.array([self.enc.encode(p) for p in failed])
-        x = np.vstack([ok, bad])
         labels = np.concatenate([np.ones(len(ok)), -np.ones(len(bad))])
-        mu, sd = Posterior(self.enc, x, labels).predict(cand)
-        z = mu / np.sqrt(sd * sd + FEASIBILITY_NOISE)
-        return normal_cdf(z)
+        post = Posterior(self.enc, np.vstack([ok, bad]), labels)
+
+        def chance(rows: np.ndarray) -> np.ndarray:
+            mu, sd = post.predict(rows)
+            return normal_cdf(mu / np.sqrt(sd * sd + FEASIBILITY_NOISE))
+
+        return chance
 
     def _spread(self, cands: list[Params], taken: list[Params]) -> Params:
         """A random candidate far from what was tried (max-min similarity over a random subset)."""

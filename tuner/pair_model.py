@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from tuner.encoding import Encoding, expected_improvement, log_likelihood
+from tuner.encoding import Encoding, Factored, expected_improvement, log_likelihood
 
 LEVEL_VAR = 0.05  # prior variance of the overall level (log tok/s, after centring)
 SPIKE_SD = 0.02  # a quiet pair's effects (log tok/s)
@@ -39,6 +39,8 @@ OUTLIER_Z = 3.0  # a reading this many standard deviations below what the others
 OUTLIER_VAR = 0.25 ** 2  # ... is trusted less: its noise variance grows by this (a 0.75x noisy neighbour)
 GIBBS_SWEEPS = 24  # sweeps over every pair; the structures of the second half are kept ...
 GIBBS_FULL_UNTIL = 50  # ... up to this many launches; beyond, fewer (each costs more, and more data decide)
+CANDIDATE_BATCH = 2048  # candidates whose expected improvement is worked out at a time
+GIBBS_READINGS = 150  # beyond this many launches, the structure is sampled from this many of them, drawn at random
 Sample = tuple[tuple[int, ...], float, float]  # loud pairs (indices into the model's pairs), two scales
 
 
@@ -50,12 +52,15 @@ class _Similarity:
     def __init__(self, enc: Encoding, a: np.ndarray, b: np.ndarray) -> None:
         self.enc, self.a, self.b = enc, a, b
         self._per: dict[int, np.ndarray] = {}
-        self.total = np.zeros((len(a), len(b)))
-        squares = np.zeros_like(self.total)
-        for i in range(len(enc.tables)):
-            s = self._gather(i)
-            self.total += s
-            squares += s * s
+        # Sum over parameters of table[a_i, b_i] (and of its square) as one product: the rows of ``a``
+        # one-hot over every parameter's values, times each table's columns at ``b``'s values.
+        sizes = [len(t) for t in enc.tables]
+        starts = np.cumsum([0, *sizes[:-1]])
+        onehot = np.zeros((len(a), sum(sizes)))
+        onehot[np.arange(len(a))[:, None], starts[None, :] + a] = 1.0
+        columns = np.vstack([t[:, b[:, i]] for i, t in enumerate(enc.tables)]) if len(b) else np.zeros((sum(sizes), 0))
+        self.total = onehot @ columns
+        squares = onehot @ (columns * columns)
         self.all_pairs = 0.5 * (self.total * self.total - squares)
 
     def _gather(self, i: int) -> np.ndarray:
@@ -87,11 +92,12 @@ class SparsePairModel:
         self.pairs = list(itertools.combinations(range(len(enc.tables)), 2))
         self.doubted = np.zeros(len(y))  # extra noise variance of readings that look like low outliers
         sim = _Similarity(enc, x, x)
-        self.samples = self._gibbs(sim, rng)
+        subset = np.sort(rng.choice(len(y), GIBBS_READINGS, replace=False)) if len(y) > GIBBS_READINGS else None
+        self.samples = self._gibbs(sim, rng, subset)
         low = self._low_outliers(sim, outlier_z)
         if low.any():
             self.doubted = np.where(low, OUTLIER_VAR, 0.0)
-            self.samples = self._gibbs(sim, rng)
+            self.samples = self._gibbs(sim, rng, subset)
 
     def _low_outliers(self, sim: _Similarity, z: float) -> np.ndarray:
         """Readings more than ``z`` standard deviations below what the rest predict of them (leave-one-
@@ -102,31 +108,35 @@ class SparsePairModel:
         diag = np.diag(inv)
         return np.asarray((inv @ self.yc) / np.sqrt(diag) < -z)  # residual/sd = (K^-1 y)_i / sqrt(K^-1_ii)
 
-    def _gibbs(self, sim: _Similarity, rng: np.random.Generator) -> dict[Sample, int]:
+    def _gibbs(self, sim: _Similarity, rng: np.random.Generator, subset: np.ndarray | None) -> dict[Sample, int]:
         """(loud pairs, per-setting variance, noise variance) sampled from their posterior, with the
-        times each was sampled: each sweep flips every pair in turn, then redraws the two scales."""
-        eye = np.eye(len(self.yc))
-        doubted = np.diag(self.doubted)
-        steps = [(SLAB_SD ** 2 - SPIKE_SD ** 2) * sim.per(i) * sim.per(j) for i, j in self.pairs]
+        times each was sampled: each sweep flips every pair in turn, then redraws the two scales. From
+        the readings ``subset`` (indices) only, when given: a large study's structure is plain from a
+        sample of its readings, and each step costs the cube of their number."""
+        pick = np.arange(len(self.yc)) if subset is None else subset
+        yc, within = self.yc[pick], np.ix_(pick, pick)
+        eye = np.eye(len(yc))
+        doubted = np.diag(self.doubted[pick])
+        steps = [(SLAB_SD ** 2 - SPIKE_SD ** 2) * (sim.per(i) * sim.per(j))[within] for i, j in self.pairs]
         scales = [(m, n) for m in MAIN_VARS for n in NOISE_VARS]
-        quiet = {m: sim.covariance(m, []) for m in MAIN_VARS}  # every pair quiet, per per-setting variance
+        quiet = {m: sim.covariance(m, [])[within] for m in MAIN_VARS}  # every pair quiet, per per-setting variance
         main_var, noise_var = scales[len(scales) // 2]
         loud = np.zeros(len(self.pairs), dtype=bool)
         extra = np.zeros_like(eye)
         prior_logit = math.log(LOUD_PRIOR / (1 - LOUD_PRIOR))
         kept: dict[Sample, int] = {}
-        sweeps = max(4, GIBBS_SWEEPS * min(1, GIBBS_FULL_UNTIL / len(self.yc)))
+        sweeps = max(4, GIBBS_SWEEPS * min(1, GIBBS_FULL_UNTIL / len(yc)))
         for sweep in range(int(sweeps)):
             base = quiet[main_var] + noise_var * eye + doubted
-            current = log_likelihood(base + extra, self.yc)
+            current = log_likelihood(base + extra, yc)
             for p in rng.permutation(len(self.pairs)):
                 flipped = extra - steps[p] if loud[p] else extra + steps[p]
-                other = log_likelihood(base + flipped, self.yc)
+                other = log_likelihood(base + flipped, yc)
                 on, off = (current, other) if loud[p] else (other, current)
                 logit = min(max(on - off + prior_logit, -50.0), 50.0)
                 if (rng.random() < 1 / (1 + math.exp(-logit))) != loud[p]:
                     loud[p], extra, current = not loud[p], flipped, other
-            lls = np.array([log_likelihood(quiet[m] + extra + n * eye + doubted, self.yc) for m, n in scales])
+            lls = np.array([log_likelihood(quiet[m] + extra + n * eye + doubted, yc) for m, n in scales])
             odds = np.exp(lls - lls.max())
             main_var, noise_var = scales[int(rng.choice(len(scales), p=odds / odds.sum()))]
             if sweep >= int(sweeps) // 2:
@@ -145,11 +155,11 @@ class SparsePairModel:
 
     def expected_improvement(self, cand: np.ndarray, best: float, in_flight: np.ndarray | None = None) -> np.ndarray:
         """EI over log tok/s ``best`` at candidate rows, averaged over the posterior samples; rows
-        ``in_flight`` count as measured at their predicted value (kriging believer)."""
+        ``in_flight`` count as measured at their predicted value (kriging believer). Candidates are
+        taken :data:`CANDIDATE_BATCH` at a time, so a whole space's similarities stay in cache."""
         x = self.x if in_flight is None or not len(in_flight) else np.vstack([self.x, in_flight])
-        sim, cross = _Similarity(self.enc, x, x), _Similarity(self.enc, cand, x)
-        n_params, n = len(self.enc.tables), len(self.yc)
-        total, weight = np.zeros(len(cand)), 0
+        sim, n_params, n = _Similarity(self.enc, x, x), len(self.enc.tables), len(self.yc)
+        fits = []
         for (structure, main_var, noise_var), count in self.samples.items():
             loud = [self.pairs[p] for p in structure]
             k = sim.covariance(main_var, loud) + noise_var * np.eye(len(x))
@@ -157,13 +167,14 @@ class SparsePairModel:
             yc = self.yc
             if len(x) > n:
                 yc = np.concatenate([yc, k[n:, :n] @ np.linalg.solve(k[:n, :n], yc)])
-            chol = np.linalg.cholesky(k)
-            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, yc))
-            ks = cross.covariance(main_var, loud)
-            v = np.linalg.solve(chol, ks.T)
             prior = (LEVEL_VAR + main_var * n_params + SPIKE_SD ** 2 * n_params * (n_params - 1) / 2
                      + (SLAB_SD ** 2 - SPIKE_SD ** 2) * len(loud))
-            sd = np.sqrt(np.maximum(prior - (v * v).sum(axis=0), 1e-12))
-            total += count * expected_improvement(self.mean + ks @ alpha, sd, best)
-            weight += count
-        return total / weight
+            fits.append((Factored(k, yc), main_var, loud, prior, count))
+        out = np.zeros(len(cand))
+        for start in range(0, len(cand), CANDIDATE_BATCH):
+            cross = _Similarity(self.enc, cand[start:start + CANDIDATE_BATCH], x)
+            for fit, main_var, loud, prior, count in fits:
+                ks = cross.covariance(main_var, loud)
+                sd = np.sqrt(np.maximum(prior - fit.explained(ks), 1e-12))
+                out[start:start + len(ks)] += count * expected_improvement(self.mean + ks @ fit.alpha, sd, best)
+        return out / sum(count for *_, count in fits)

@@ -55,6 +55,24 @@ def test_a_log_that_names_settings_gives_a_rule_over_the_values_that_failed(writ
     assert not rule.matches({"moe_a2a_backend": "deepep", "ep_size": 8})
 
 
+def test_a_log_that_states_the_value_it_needs_covers_the_other_values_at_once(write_yaml: Any) -> None:
+    base = {"attention_backend": "fa3", "cuda_graph_max_bs": 32}
+    runs = [ok(1, moe_a2a_backend="none", ep_size=1, **base),
+            failed(2, "config_error", DEEPEP, moe_a2a_backend="deepep", ep_size=1, **base)]
+    lr = learner(write_yaml)
+    [rule] = lr.learn(runs)
+    assert rule.describe(lr.domains) == ("ep_size != 8 with moe_a2a_backend=deepep -> config_error, "
+                                         "from trial 2 (named by the log)"), "one failure at EP 1, EP 2 and 4 covered"
+    assert rule.confirmed and rule.matches({"moe_a2a_backend": "deepep", "ep_size": 4, **base})
+    hedged = DEEPEP.replace("== tp_size (8)", "of at least 8")
+    [rule] = lr.learn([runs[0], failed(2, "config_error", hedged, moe_a2a_backend="deepep", ep_size=1, **base)])
+    assert not rule.matches({"moe_a2a_backend": "deepep", "ep_size": 4, **base}), "a comparison is not read"
+    contradicted = [*runs, ok(3, moe_a2a_backend="deepep", ep_size=2, **base)]
+    rules = lr.learn(contradicted)
+    assert rules and not any(r.matches({"moe_a2a_backend": "deepep", "ep_size": 2, **base}) for r in rules), \
+        "a success at a value the log did not name keeps the rule to the value that failed"
+
+
 def test_one_setting_that_failed_once_is_only_suspected(write_yaml: Any) -> None:
     runs = [ok(1, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=32),
             ok(2, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=64),

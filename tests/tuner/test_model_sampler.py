@@ -110,3 +110,20 @@ def test_with_a_trust_region_it_stays_within_two_settings_of_the_best() -> None:
         enc = sampler.enc
         apart.append(int(enc.settings_apart(enc.encode(proposal)[None, :], enc.encode(best))[0]))
     assert max(apart) <= 2, apart
+
+
+def test_the_chance_to_run_is_worked_out_only_where_it_can_change_the_pick(monkeypatch: Any) -> None:
+    import tuner.model_sampler as model_sampler
+
+    configs = all_configs()
+    sampler = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0)
+    rows = np.array([sampler.enc.encode(p) for p in configs])
+    failed = [c for c in configs if c["moe_runner_backend"] == "marlin" and c["ep_size"] == 2][:3]
+    ok = rows[[i for i, c in enumerate(configs) if c not in failed][::4]]
+    score = np.random.default_rng(0).random(len(configs))
+    full = score * sampler._feasibility(ok, failed)(rows)
+    monkeypatch.setattr(model_sampler, "FEASIBILITY_BATCH", 4)
+    pruned = sampler._discount_by_failures(score, rows, ok, failed)
+    assert (pruned == 0).sum() > len(configs) // 2, "most candidates were never worked out"
+    assert np.flatnonzero(pruned >= pruned.max() * (1 - 1e-9)).tolist() == \
+        np.flatnonzero(full >= full.max() * (1 - 1e-9)).tolist(), "the best are the full product's best"

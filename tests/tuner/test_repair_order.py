@@ -1,0 +1,38 @@
+"""The one-setting pass repairs a failed move at the value its log asks for first, through the real
+sweep loop (scripted launches): a message that says what it needs costs one failed launch."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from core.types import Config, FailureKind
+from tests.conftest import FIXTURES
+from tests.scripted import scripted_sweep
+from tuner.sweep_state import SweepOptions
+
+REASON = ("server exited with code 1 during startup: AssertionError: the marlin MoE runner needs "
+          "cuda_graph_max_bs of at least 64, got {got}")
+
+
+def script(config: Config, before: int) -> float | tuple[FailureKind, str]:
+    """marlin runs only with CUDA graphs to 64 and is then the fastest runner."""
+    runner, graphs = config.params.get("moe_runner_backend", "auto"), config.params.get("cuda_graph_max_bs", 16)
+    if runner == "marlin" and graphs < 64:
+        return FailureKind.CONFIG_ERROR, REASON.format(got=graphs)
+    return 10.0 + (5.0 if runner == "marlin" else 0.0) + graphs / 100
+
+
+def test_a_failed_move_is_repaired_at_the_value_the_log_names(tmp_path: Path) -> None:
+    opts = SweepOptions(space_path=str(FIXTURES / "e2e-space.yaml"), db_path=str(tmp_path / "t.db"), budget=8,
+                        seed=0, study_name="repair", sampler="coordinate")
+    results, _ = scripted_sweep(opts, script, io.StringIO())
+    launched = [r for r in results.runs if r.status.launched and r.params]  # the baseline has none
+    first = next(i for i, r in enumerate(launched) if r.failure_kind)
+    assert launched[first].params["moe_runner_backend"] == "marlin"
+    repair = launched[first + 1].params
+    assert (repair["moe_runner_backend"], repair["cuda_graph_max_bs"]) == ("marlin", 64), \
+        "the repair tries cuda_graph_max_bs 64, which the log names, before 32"
+    assert not any(r.params["moe_runner_backend"] == "marlin" and r.params["ep_size"] == 1
+                   and r.params["cuda_graph_max_bs"] == 32 for r in launched[:first + 3]), \
+        "once the named value ran, the repair does not go on to the value the log did not name"
