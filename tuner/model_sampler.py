@@ -38,6 +38,7 @@ from core.errors import ConfigError
 from core.slo import Slo
 from core.types import FailureKind, RunStatus
 from tuner.encoding import Encoding, Factored, expected_improvement, log_likelihood, normal_cdf
+from tuner.failure_rules import Learner, Observation
 from tuner.pair_model import SparsePairModel
 from tuner.space import SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
@@ -118,6 +119,7 @@ class PairwiseModelSampler(WholeConfigSampler):
         self.rng = random.Random(seed)
         self.init_design = init_design
         self.enc = Encoding(space)
+        self.learner = Learner(space)
         self._fallback = RandomSampler(seed=seed)
         self.epoch = epoch or (lambda: 0)
         self.start = None
@@ -188,10 +190,38 @@ class PairwiseModelSampler(WholeConfigSampler):
                 return first
         if len(measured) < self.init_design or len({round(v, 9) for v in measured.values()}) < 2:
             return self._spread([params[i] for i in keep], [*map(dict, measured), *failed, *running])
+        repair = self._stated_repair(trials, seen)
+        if repair is not None:
+            return repair
         if self.trust_region:
             keep = self._near_the_best(keep, rows, measured)
         doubt = np.array([flags[i][1] for i in keep])
         return params[keep[self._best_ei(rows[keep], doubt, measured, failed, running)]]
+
+    def _stated_repair(self, trials: Sequence[FrozenTrial], seen: set[Any]) -> Params | None:
+        """The latest failed launch whose log states the values a setting needs ("FlashAttention v3
+        backend supports kv_cache_dtype fp8_e4m3 or auto, got fp8_e5m2"), with one of them instead, as
+        one would after reading the line: each such repair once, whatever the model thinks of it, so
+        a value that crashed in another context (fp8_e4m3 with flashinfer) is tried where the line
+        vouches for it."""
+        for t in sorted(trials, key=lambda t: -t.number):
+            if not t.params or t.user_attrs.get("status") != RunStatus.INFEASIBLE:
+                continue
+            reason = str(t.user_attrs.get("failure_reason", ""))
+            failure = Observation(t.number, dict(t.params), str(t.user_attrs.get("failure_kind") or "failed"), reason)
+            for name, value in self.learner.named_pairs(failure):
+                for stated in sorted(self.learner.stated_values(name, value, reason) or (), key=repr):
+                    repair = self._with(t.params, name, stated)
+                    if repair is not None and config_key(repair) not in seen and not self.blocked(repair):
+                        return repair
+        return None
+
+    def _with(self, params: Params, name: str, value: Any) -> Params | None:
+        """``params`` with ``name=value`` (conditional settings as the space resolves them); None if forbidden."""
+        try:
+            return self.space.from_assignments({**params, name: value}).params
+        except ConfigError:
+            return None
 
     def _near_the_best(self, keep: list[int], rows: np.ndarray, measured: dict[Any, float]) -> list[int]:
         """The candidates (indices into ``rows``) at most ``TRUST_RADIUS`` settings away from the best

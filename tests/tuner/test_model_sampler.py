@@ -127,3 +127,24 @@ def test_the_chance_to_run_is_worked_out_only_where_it_can_change_the_pick(monke
     assert (pruned == 0).sum() > len(configs) // 2, "most candidates were never worked out"
     assert np.flatnonzero(pruned >= pruned.max() * (1 - 1e-9)).tolist() == \
         np.flatnonzero(full >= full.max() * (1 - 1e-9)).tolist(), "the best are the full product's best"
+
+
+def test_a_failure_whose_log_states_the_value_it_needs_is_repaired_at_that_value() -> None:
+    configs = all_configs()
+    measured = [c for c in configs if c["moe_runner_backend"] != "marlin"][::3]
+    study = study_with(measured)
+    failing = {"checkpoint": "slow", "moe_runner_backend": "marlin", "ep_size": 1, "cuda_graph_max_bs": 32}
+    reason = ("server exited with code 1 during startup: AssertionError: the marlin MoE runner supports "
+              "cuda_graph_max_bs 64 only, got 32")
+    study.add_trial(optuna.trial.create_trial(
+        params=failing, distributions={p.name: p.distribution() for p in SPACE.params}, value=0.0,
+        user_attrs={"status": "infeasible", "failure_kind": "config_error", "failure_reason": reason}))
+    sampler = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0)
+    proposal = sampler.propose(study.get_trials(), number=len(measured) + 1)
+    assert proposal == {**failing, "cuda_graph_max_bs": 64}, "the value the log states, in the failure's context"
+    told = study_with(measured)
+    told.add_trial(optuna.trial.create_trial(
+        params=failing, distributions={p.name: p.distribution() for p in SPACE.params}, value=0.0,
+        user_attrs={"status": "infeasible", "failure_kind": "config_error", "failure_reason": "killed"}))
+    plain = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0).propose(told.get_trials(), len(measured) + 1)
+    assert plain != proposal, "without the line, the model does not pick it"
