@@ -19,6 +19,8 @@ their predicted value, so parallel proposals differ), forbidden, or covered by a
 rule; a candidate close to known failures, or covered by a suspected rule, is weighed down. With a
 trust region, only candidates at most two settings away from the best configuration measured so far
 are considered while there are any.
+A failed launch whose log states the values a setting needs is first launched at each of them
+(:meth:`PairwiseModelSampler._stated_repair`), as one would after reading the line.
 The first proposals are a spread-out random design. A reading far below what the model expects of
 a configuration it expects to be near the best is a *surprise* (:meth:`PairwiseModelSampler.surprise`):
 the sweep measures it once more rather than let one noisy reading end that line.
