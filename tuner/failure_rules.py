@@ -48,6 +48,8 @@ Pair = tuple[str, Any]
 QUANTIZATION_ALIASES = {"nvfp4": ("modelopt_fp4", "nvfp4_online", "petit_nvfp4"),
                         "mxfp4": ("quark_mxfp4",), "fp8": ("modelopt_fp8", "w8a8_fp8")}
 CHECKPOINT_DESTS = ("model_path", "quantization")
+# The tool's own words about a failure's exit status ("exited with code 1", "(exit 137)") name no setting.
+EXIT_STATUS = re.compile(r"exited with code -?\d+|\(exit -?\d+\)")
 # A log line that compares or negates does not state plainly which values a setting needs.
 STATED_HEDGES = re.compile(r"[<>]|\b(at least|at most|minimum|maximum|not|cannot|unsupported|no)\b", re.IGNORECASE)
 
@@ -167,11 +169,10 @@ class Learner:
         """Does ``reason`` name ``name=value`` ("requires ep_size == tp_size (8)" names ``ep_size=8``;
         "supports kv_cache_dtype fp8_e4m3 or auto" names ``kv_cache_dtype=auto``)? A number counts as
         a whole word; a word as in :meth:`named_pairs`."""
-        tokens = _tokens(reason)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            said = re.sub(r"exited with code -?\d+", "", reason)  # the exit status is not a setting
+            said = EXIT_STATUS.sub("", reason)
             return str(value) in set(re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", said))
-        return bool(self._only_names(name, value) & tokens)
+        return bool(self._only_names(name, value) & _tokens(reason))
 
     def _only_names(self, name: str, value: Any) -> set[str]:
         """The words that name ``name=value`` and no other value of ``name``."""
@@ -240,7 +241,7 @@ class Learner:
         other values of it plainly ("requires ep_size == tp_size (8)", "supports kv_cache_dtype fp8_e4m3
         or auto"); None where it names none, or compares or negates (">", "at least", "not": a reading
         of those would be a guess)."""
-        said = re.sub(r"exited with code -?\d+|\(exit -?\d+\)", "", reason)
+        said = EXIT_STATUS.sub("", reason)
         if STATED_HEDGES.search(said):
             return None
         domain = self.domains.get(name) or []
