@@ -166,7 +166,7 @@ def check_strategy(name: str | None) -> None:
 
 
 def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int | None = None,
-                 strategy: str | None = None, slos: tuple[Slo, ...] = ()) -> BaseSampler:
+                 strategy: str | None = None, slos: tuple[Slo, ...] = (), budget: int | None = None) -> BaseSampler:
     """The sampler of a sweep over ``space``; ``learned`` failure rules are avoided like ``forbid`` rules.
 
     ``model`` (default): one pass of one-setting-at-a-time moves from the first values, then
@@ -177,7 +177,8 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
     with constant liar (the earlier default). ``random``. ``coordinate``: one setting at a time from
     the first values (:class:`tuner.coordinate.CoordinateSampler`, what SGLang's auto-benchmark does).
     ``gp``: Optuna's GPSampler (needs torch). The comparison is in docs/performance.md. ``slos``: the
-    sweep's objectives, which the model sampler predicts from the measured metrics.
+    sweep's objectives, which the model sampler predicts from the measured metrics; ``budget``: the
+    sweep's launches, which the model sampler paces its space-filling proposals by.
     """
     name = strategy or DEFAULT_STRATEGY
     check_strategy(name)
@@ -188,4 +189,6 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
     sampler = STRATEGIES[name](space, blocked, learned, seed)
     if slos and hasattr(sampler, "slos"):  # the model sampler weighs proposals by their chance to meet them
         sampler.slos = slos
+    if budget is not None and hasattr(sampler, "budget"):
+        sampler.budget = budget
     return sampler

@@ -132,7 +132,7 @@ class Sweep:
             budget=self.opts.budget, roofline_tok_s=space.file.roofline.tok_s if space.file.roofline else None,
             time_scale=node.time_scale, objective=space.file.objective.value)
         rules = RuleBook(space)
-        sampler = make_sampler(space, rules, self.opts.seed, self.opts.sampler, self.slos)
+        sampler = make_sampler(space, rules, self.opts.seed, self.opts.sampler, self.slos, self.opts.budget)
         study = open_study(self.opts.db_path, name, sampler)
         check_resumable(study, space, self.opts.db_path)
         self.recorder = Recorder(self.store, sweep, artifact_store(self.opts.db_path))
