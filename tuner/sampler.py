@@ -100,13 +100,15 @@ StrategyFactory = Callable[[SearchSpace, Blocked, "RuleBook | None", "int | None
 DEFAULT_STRATEGY = "model"
 
 
-def _model(one_pass_first: bool, trust_region: bool = False, dense: bool = False) -> StrategyFactory:
+def _model(one_pass_first: bool, trust_region: bool = False, dense: bool = False,
+           explore: bool = False) -> StrategyFactory:
     def factory(space: SearchSpace, blocked: Blocked, learned: RuleBook | None, seed: int | None) -> BaseSampler:
-        from tuner.model_sampler import PairwiseModelSampler
+        from tuner.model_sampler import EXPLORE_EVERY, PairwiseModelSampler
 
         return PairwiseModelSampler(space, blocked, learned.feasibility if learned else None, seed=seed,
                                     epoch=(lambda: learned.epoch) if learned else None,
-                                    start_with_one_pass=one_pass_first, trust_region=trust_region, dense=dense)
+                                    start_with_one_pass=one_pass_first, trust_region=trust_region, dense=dense,
+                                    explore_every=EXPLORE_EVERY if explore else 0)
 
     return factory
 
@@ -136,6 +138,7 @@ STRATEGIES: dict[str, StrategyFactory] = {
     "model-only": _model(one_pass_first=False),
     "model-local": _model(one_pass_first=True, trust_region=True),
     "model-dense": _model(one_pass_first=True, dense=True),
+    "model-explore": _model(one_pass_first=True, explore=True),
     "tpe": _optuna(lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                                            n_startup_trials=8), multivariate=True),
     "random": _optuna(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
@@ -172,7 +175,8 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
     ``model`` (default): one pass of one-setting-at-a-time moves from the first values, then
     :class:`tuner.model_sampler.PairwiseModelSampler` with the spike-and-slab model of
     :mod:`tuner.pair_model` (``model-dense``: the dense pairwise GP instead; ``model-only``: the model
-    from the start; ``model-local``: within two settings of the best measured, a trust region).
+    from the start; ``model-local``: within two settings of the best measured, a trust region;
+    ``model-explore``: every fifth trial space-filling until the budget's last quarter).
     ``tpe``: multivariate TPE
     with constant liar (the earlier default). ``random``. ``coordinate``: one setting at a time from
     the first values (:class:`tuner.coordinate.CoordinateSampler`, what SGLang's auto-benchmark does).

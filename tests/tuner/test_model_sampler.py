@@ -151,8 +151,9 @@ def test_a_failure_whose_log_states_the_value_it_needs_is_repaired_at_that_value
     assert plain != proposal, "without the line, the model does not pick it"
 
 
-def test_every_fifth_proposal_goes_where_no_launch_has_been() -> None:
-    # marlin and cuda_graph_max_bs 64 never launched; the model, sure marlin costs, proposes near the best
+def test_exploring_every_fifth_proposal_goes_where_no_launch_has_been() -> None:
+    # --sampler model-explore. marlin and cuda_graph_max_bs 64 never launched; the model, sure marlin
+    # costs, proposes near the best
     configs = all_configs()
     measured = [c for c in configs if c["moe_runner_backend"] != "marlin" and c["cuda_graph_max_bs"] != 64]
     study = study_with(measured[::2])
@@ -163,15 +164,17 @@ def test_every_fifth_proposal_goes_where_no_launch_has_been() -> None:
     def nearest(p: dict[str, Any]) -> float:
         return float(enc.similarity(enc.encode(p)[None, :], taken).max())
 
-    fifth = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0).propose(study.get_trials(), number=4 * 5 - 1)
+    fifth = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0, explore_every=5).propose(
+        study.get_trials(), number=4 * 5 - 1)
     assert fifth is not None and n < 19
     assert nearest(fifth) == min(nearest(c) for c in configs if c not in measured[::2]), "the farthest from all"
     doubted = PairwiseModelSampler(SPACE, blocked=lambda p: False, feasibility=lambda p: 0.5 if p == fifth else 1.0,
-                                   seed=0).propose(study.get_trials(), number=4 * 5 - 1)
+                                   seed=0, explore_every=5).propose(study.get_trials(), number=4 * 5 - 1)
     assert doubted != fifth, "not where a learned rule doubts it will run"
-    model = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0).propose(study.get_trials(), number=4 * 5)
+    model = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0, explore_every=5).propose(
+        study.get_trials(), number=4 * 5)
     assert model is not None and nearest(model) > nearest(fifth), "the trial after it is the model's again"
-    late = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0)
+    late = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0, explore_every=5)
     late.budget = 24  # trial 19 is in the last quarter of it: the model's
     proposal = late.propose(study.get_trials(), number=4 * 5 - 1)
     assert proposal is not None and nearest(proposal) > nearest(fifth), "the budget's last quarter refines"
