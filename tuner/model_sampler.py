@@ -74,7 +74,7 @@ TRUST_RADIUS = 2
 # own early on, has an expected improvement too small to be tried, and blind draws find such corners.
 # Not in the last quarter of the budget, which refines the best (docs/performance.md: held-out random
 # landscape 1013 0/10 -> 6/10 seeds at >= 97%; exploring to the end cost Llama-70B 8/10 -> 5/10).
-# Not the default: the README demo on simulated servers lost two of four runs (89%).
+# Not the default: the README demo on simulated servers fell to 87-89% in three of four runs.
 EXPLORE_EVERY = 5
 EXPLORE_SHARE = 0.75
 Params = dict[str, Any]
