@@ -23,10 +23,9 @@ A failed launch whose log states the values a setting needs is first launched at
 (:meth:`PairwiseModelSampler._stated_repair`), as one would after reading the line.
 The first proposals are a spread-out random design (with ``model-explore``, so is every fifth one
 after it until the budget's last quarter, :data:`EXPLORE_EVERY`: corners the model is sure about
-without having seen them). A reading far
-below what the model expects of a configuration it expects to be near the best is a *surprise*
-(:meth:`PairwiseModelSampler.surprise`): the sweep measures it once more rather than let one noisy
-reading end that line.
+without having seen them). A reading far below what the model expects of a configuration it expects
+to be near the best is a *surprise* (:meth:`PairwiseModelSampler.surprise`): the sweep measures it
+once more rather than let one noisy reading end that line.
 """
 from __future__ import annotations
 
@@ -68,10 +67,10 @@ NOISES = (1e-3, 1e-2, 5e-2)  # noise variance, as a share of the prior variance
 # (docs/performance.md).
 TRUST_RADIUS = 2
 # With ``--sampler model-explore``, every this many trials the proposal after the one-setting pass is
-# space-filling instead (the
-# configuration farthest from every launch, among those no learned rule doubts), as SMAC interleaves
-# random configurations with its model's: a pair that pays only together, each half measured bad on its
-# own early on, has an expected improvement too small to be tried, and blind draws find such corners.
+# space-filling instead (the configuration farthest from every launch, among those no learned rule
+# doubts), as SMAC interleaves random configurations with its model's: a pair that pays only
+# together, each half measured bad on its own early on, has an expected improvement too small to be
+# tried, and blind draws find such corners.
 # Not in the last quarter of the budget, which refines the best (docs/performance.md: held-out random
 # landscape 1013 0/10 -> 6/10 seeds at >= 97%; exploring to the end cost Llama-70B 8/10 -> 5/10).
 # Not the default: the README demo on simulated servers fell to 87-89% in three of four runs.

@@ -146,8 +146,7 @@ def test_a_failure_whose_log_states_the_value_it_needs_is_repaired_at_that_value
     told.add_trial(optuna.trial.create_trial(
         params=failing, distributions={p.name: p.distribution() for p in SPACE.params}, value=0.0,
         user_attrs={"status": "infeasible", "failure_kind": "config_error", "failure_reason": "killed"}))
-    plain = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0, explore_every=0).propose(
-        told.get_trials(), len(measured) + 1)
+    plain = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0).propose(told.get_trials(), len(measured) + 1)
     assert plain != proposal, "without the line, the model does not pick it"
 
 
