@@ -5,7 +5,7 @@ servers over HTTP, real benchmark client, so readings carry the client's and the
 on a fresh database, then scores the configuration the sweep ranks best by its *true* (noise-free,
 modelled) tok/s@C16 as a share of the exhaustive optimum of the space.
 
-    python benchmarks/demo_seeds.py [--seeds 10] [--first-seed 0] [--budget 40] [--space FILE]
+    python benchmarks/demo_seeds.py [--seeds 10] [--first-seed 0] [--budget 40] [--space FILE] [--sampler NAME]
 
 Minutes per seed on 2 cores: run it on a quiet machine.
 """
@@ -32,7 +32,7 @@ from tuner.space_loader import load_space
 DEMO = Path(__file__).resolve().parent.parent / "search_spaces" / "demo-sim.yaml"
 
 
-def one_seed(space_path: Path, seed: int, budget: int) -> tuple[float, float, int]:
+def one_seed(space_path: Path, seed: int, budget: int, sampler: str | None = None) -> tuple[float, float, int]:
     """(true share of the optimum of the best, wall seconds, failed launches) of one demo sweep."""
     model, optimum = landscape(str(space_path))
     space = load_space(space_path, arch=model.scenario.gpu.arch)
@@ -41,7 +41,8 @@ def one_seed(space_path: Path, seed: int, budget: int) -> tuple[float, float, in
         db = Path(tmp) / "demo.db"
         t0 = time.monotonic()
         subprocess.run([str(tuner), "sweep", "--space", str(space_path), "--budget", str(budget), "--seed", str(seed),
-                        "--db", str(db)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+                        "--db", str(db), *(["--sampler", sampler] if sampler else [])],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
         wall = time.monotonic() - t0
         store = Store(db)
         [sweep] = store.sweeps()
@@ -60,10 +61,11 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--budget", type=int, default=40)
     parser.add_argument("--space", type=Path, default=DEMO)
+    parser.add_argument("--sampler", help="tuner sweep --sampler (default: the sweep's default strategy)")
     args = parser.parse_args()
     shares = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        share, wall, failed = one_seed(args.space, seed, args.budget)
+        share, wall, failed = one_seed(args.space, seed, args.budget, args.sampler)
         shares.append(share)
         print(f"seed {seed}: best {share:.1%} of the optimum, {failed} failed launches, {wall:.0f} s", flush=True)
     print(f"{sum(s >= 0.97 for s in shares)}/{len(shares)} seeds >= 97%, median {statistics.median(shares):.1%}, "

@@ -76,7 +76,14 @@ TRUST_RADIUS = 2
 # Not the default: the README demo on simulated servers fell to 87-89% in three of four runs.
 EXPLORE_EVERY = 5
 EXPLORE_SHARE = 0.75
+PAIR_POOL = 2048  # candidates scored by the pairs of settings they would measure for the first time
 Params = dict[str, Any]
+
+
+def _setting_pairs(params: Params) -> list[tuple[tuple[str, Any], tuple[str, Any]]]:
+    """Every two settings of ``params`` (in name order)."""
+    items = sorted((n, v) for n, v in params.items())
+    return [(a, b) for i, a in enumerate(items) for b in items[i + 1:]]
 
 
 def _kernel(s: np.ndarray, share: float) -> np.ndarray:
@@ -133,6 +140,9 @@ class PairwiseModelSampler(WholeConfigSampler):
         # the sweep's budget (set by tuner.sampler.make_sampler): no space-filling proposal in its last
         # quarter; None (unknown): they never stop
         self.budget: int | None = None
+        # the first trial proposed after the one-setting pass (in this process: a resumed sweep counts
+        # from its first proposal); space-filling proposals are paced from it
+        self._model_from: int | None = None
         self.trust_region = trust_region
         self.dense = dense
         self.blocked = blocked
@@ -209,6 +219,8 @@ class PairwiseModelSampler(WholeConfigSampler):
             first = self.start.propose(trials, number)
             if first is not None:
                 return first
+            if self._model_from is None:
+                self._model_from = number
         if len(measured) < self.init_design or len({round(v, 9) for v in measured.values()}) < 2:
             return self._spread([params[i] for i in keep], [*map(dict, measured), *failed, *running])
         repair = self._stated_repair(trials, seen)
@@ -216,7 +228,7 @@ class PairwiseModelSampler(WholeConfigSampler):
             return repair
         if self._explores(number):
             undoubted = [i for i in keep if flags[i][1] >= 1.0]
-            return self._spread([params[i] for i in undoubted or keep], [*map(dict, measured), *failed, *running])
+            return self._new_pairs([params[i] for i in undoubted or keep], [*map(dict, measured), *running])
         if self.trust_region:
             keep = self._near_the_best(keep, rows, measured)
         doubt = np.array([flags[i][1] for i in keep])
@@ -224,8 +236,8 @@ class PairwiseModelSampler(WholeConfigSampler):
 
     def _explores(self, number: int) -> bool:
         """Is trial ``number``'s proposal a space-filling one (:data:`EXPLORE_EVERY`)?"""
-        every = self.explore_every
-        return bool(every) and number % every == every - 1 and \
+        every, since = self.explore_every, number - (self._model_from or 0)
+        return bool(every) and since % every == every - 1 and \
             (self.budget is None or number < self.budget * EXPLORE_SHARE)
 
     def _stated_repair(self, trials: Sequence[FrozenTrial], seen: set[Any]) -> Params | None:
@@ -356,6 +368,15 @@ class PairwiseModelSampler(WholeConfigSampler):
         t = np.array([self.enc.encode(p) for p in taken])
         s = self.enc.similarity(np.array([self.enc.encode(p) for p in pool]), t).max(axis=1)
         return pool[int(np.argmin(s))]
+
+    def _new_pairs(self, cands: list[Params], measured: list[Params]) -> Params:
+        """A candidate with the most pairs of settings no measured (or running) configuration had
+        together, of a random subset; among those, the farthest from them (:meth:`_spread`)."""
+        seen = {pair for p in measured for pair in _setting_pairs(p)}
+        pool = self.rng.sample(cands, min(len(cands), PAIR_POOL))
+        new = [sum(pair not in seen for pair in _setting_pairs(p)) for p in pool]
+        most = max(new)
+        return self._spread([p for p, n in zip(pool, new, strict=True) if n == most], measured)
 
     def _candidates(self, measured: dict[Any, float]) -> tuple[list[Params], np.ndarray, list[tuple[bool, float]]]:
         """Candidate configurations, their rows, and (blocked, suspected) for each; the listed space's

@@ -150,30 +150,34 @@ def test_a_failure_whose_log_states_the_value_it_needs_is_repaired_at_that_value
     assert plain != proposal, "without the line, the model does not pick it"
 
 
-def test_exploring_every_fifth_proposal_goes_where_no_launch_has_been() -> None:
-    # --sampler model-explore. marlin and cuda_graph_max_bs 64 never launched; the model, sure marlin
-    # costs, proposes near the best
+def test_exploring_every_fifth_proposal_measures_pairs_no_launch_had_together() -> None:
+    # --sampler model-explore, on eight launches where the configuration farthest from all of them is not
+    # the one with the most pairs of settings never launched together
     configs = all_configs()
-    measured = [c for c in configs if c["moe_runner_backend"] != "marlin" and c["cuda_graph_max_bs"] != 64]
-    study = study_with(measured[::2])
-    n = len(measured[::2])
+    measured = random.Random(1).sample(configs, 8)
+    study = study_with(measured)
     enc = PairwiseModelSampler(SPACE, blocked=lambda p: False).enc
-    taken = np.array([enc.encode(c) for c in measured[::2]])
+    taken = np.array([enc.encode(c) for c in measured])
+    seen = {pair for c in measured for pair in itertools.combinations(sorted(c.items()), 2)}
+    rest = [c for c in configs if c not in measured]
 
     def nearest(p: dict[str, Any]) -> float:
         return float(enc.similarity(enc.encode(p)[None, :], taken).max())
 
-    fifth = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0, explore_every=5).propose(
-        study.get_trials(), number=4 * 5 - 1)
-    assert fifth is not None and n < 19
-    assert nearest(fifth) == min(nearest(c) for c in configs if c not in measured[::2]), "the farthest from all"
-    doubted = PairwiseModelSampler(SPACE, blocked=lambda p: False, feasibility=lambda p: 0.5 if p == fifth else 1.0,
-                                   seed=0, explore_every=5).propose(study.get_trials(), number=4 * 5 - 1)
+    def new_pairs(p: dict[str, Any]) -> int:
+        return sum(pair not in seen for pair in itertools.combinations(sorted(p.items()), 2))
+
+    def proposal(number: int, budget: int | None = None, explore_every: int = 5,
+                 feasibility: Any = None) -> dict[str, Any] | None:
+        sampler = PairwiseModelSampler(SPACE, blocked=lambda p: False, feasibility=feasibility, seed=0,
+                                       explore_every=explore_every)
+        sampler.budget = budget
+        return sampler.propose(study.get_trials(), number)
+
+    fifth = proposal(4 * 5 - 1)
+    farthest = [c for c in rest if nearest(c) == min(map(nearest, rest))]
+    assert fifth is not None and new_pairs(fifth) == max(map(new_pairs, rest)) > max(map(new_pairs, farthest))
+    doubted = proposal(4 * 5 - 1, feasibility=lambda p: 0.5 if p == fifth else 1.0)
     assert doubted != fifth, "not where a learned rule doubts it will run"
-    model = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0, explore_every=5).propose(
-        study.get_trials(), number=4 * 5)
-    assert model is not None and nearest(model) > nearest(fifth), "the trial after it is the model's again"
-    late = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0, explore_every=5)
-    late.budget = 24  # trial 19 is in the last quarter of it: the model's
-    proposal = late.propose(study.get_trials(), number=4 * 5 - 1)
-    assert proposal is not None and nearest(proposal) > nearest(fifth), "the budget's last quarter refines"
+    assert proposal(4 * 5) == proposal(4 * 5, explore_every=0), "the trial after it is the model's again"
+    assert proposal(4 * 5 - 1, budget=24) == proposal(4 * 5 - 1, explore_every=0), "the last quarter refines"
