@@ -21,9 +21,10 @@ trust region, only candidates at most two settings away from the best configurat
 are considered while there are any.
 A failed launch whose log states the values a setting needs is first launched at each of them
 (:meth:`PairwiseModelSampler._stated_repair`), as one would after reading the line.
-The first proposals are a spread-out random design (with ``model-explore``, so is every fifth one
-after it until the budget's last quarter, :data:`EXPLORE_EVERY`: corners the model is sure about
-without having seen them). A reading far below what the model expects of a configuration it expects
+The first proposals are a spread-out random design (with ``model-explore``, every fifth one after
+the one-setting pass, until the budget's last quarter, goes where the most pairs of settings would be
+measured together for the first time, :data:`EXPLORE_EVERY`: corners the model is sure about without
+having seen them). A reading far below what the model expects of a configuration it expects
 to be near the best is a *surprise* (:meth:`PairwiseModelSampler.surprise`): the sweep measures it
 once more rather than let one noisy reading end that line.
 """
@@ -66,14 +67,14 @@ NOISES = (1e-3, 1e-2, 5e-2)  # noise variance, as a share of the prior variance
 # 12/20) and loses on held-out random landscapes whose best is three settings from a local optimum
 # (docs/performance.md).
 TRUST_RADIUS = 2
-# With ``--sampler model-explore``, every this many trials the proposal after the one-setting pass is
-# space-filling instead (the configuration farthest from every launch, among those no learned rule
-# doubts), as SMAC interleaves random configurations with its model's: a pair that pays only
-# together, each half measured bad on its own early on, has an expected improvement too small to be
-# tried, and blind draws find such corners.
+# With ``--sampler model-explore``, every this many trials after the one-setting pass the proposal is
+# space-filling instead (among those no learned rule doubts, the configuration with the most pairs of
+# settings no measured launch had together), as SMAC interleaves random configurations with its
+# model's: a pair that pays only together, each half measured bad on its own early on, has an expected
+# improvement too small to be tried, and such proposals measure untried pairs systematically.
 # Not in the last quarter of the budget, which refines the best (docs/performance.md: held-out random
-# landscape 1013 0/10 -> 6/10 seeds at >= 97%; exploring to the end cost Llama-70B 8/10 -> 5/10).
-# Not the default: the README demo on simulated servers fell to 87-89% in three of four runs.
+# landscape 1013 0/10 -> 7/10 seeds at >= 97%; exploring to the end cost Llama-70B 8/10 -> 5/10).
+# Not the default: Llama-70B with two in flight fell to 4-6/10 (the default: 8/10).
 EXPLORE_EVERY = 5
 EXPLORE_SHARE = 0.75
 PAIR_POOL = 2048  # candidates scored by the pairs of settings they would measure for the first time
@@ -132,9 +133,9 @@ class PairwiseModelSampler(WholeConfigSampler):
         """``blocked`` (never propose) and ``feasibility`` (a weight in 0..1 on a proposal) answer for
         whole configurations and may change only when ``epoch()`` does (results are cached per epoch);
         ``trust_region``: propose within ``TRUST_RADIUS`` settings of the best measured; ``dense``: the
-        dense pairwise GP instead of the spike-and-slab model; ``explore_every``: trial numbers ``n`` with
-        ``n % explore_every == explore_every - 1`` get a space-filling proposal (0: never; ``--sampler
-        model-explore``: :data:`EXPLORE_EVERY`)."""
+        dense pairwise GP instead of the spike-and-slab model; ``explore_every``: every this many trials after the
+        one-setting pass, a space-filling proposal (0: never; ``--sampler model-explore``:
+        :data:`EXPLORE_EVERY`)."""
         self.space = space
         self.explore_every = explore_every
         # the sweep's budget (set by tuner.sampler.make_sampler): no space-filling proposal in its last

@@ -176,7 +176,8 @@ def make_sampler(space: SearchSpace, learned: RuleBook | None = None, seed: int 
     :class:`tuner.model_sampler.PairwiseModelSampler` with the spike-and-slab model of
     :mod:`tuner.pair_model` (``model-dense``: the dense pairwise GP instead; ``model-only``: the model
     from the start; ``model-local``: within two settings of the best measured, a trust region;
-    ``model-explore``: every fifth trial space-filling until the budget's last quarter).
+    ``model-explore``: every fifth trial after the pass measures untried pairs of settings, until
+    the budget's last quarter).
     ``tpe``: multivariate TPE
     with constant liar (the earlier default). ``random``. ``coordinate``: one setting at a time from
     the first values (:class:`tuner.coordinate.CoordinateSampler`, what SGLang's auto-benchmark does).
