@@ -46,6 +46,7 @@ from tuner.encoding import Encoding, Factored, expected_improvement, log_likelih
 from tuner.failure_rules import Learner, Observation
 from tuner.pair_model import SparsePairModel
 from tuner.space import SearchSpace
+from tuner.space_filling import farthest, most_new_pairs
 from tuner.whole_config import WholeConfigSampler, config_key, history
 
 SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model's expectation ...
@@ -77,14 +78,7 @@ TRUST_RADIUS = 2
 # Not the default: Llama-70B with two in flight fell to 4-6/10 (the default: 8/10).
 EXPLORE_EVERY = 5
 EXPLORE_SHARE = 0.75
-PAIR_POOL = 2048  # candidates scored by the pairs of settings they would measure for the first time
 Params = dict[str, Any]
-
-
-def _setting_pairs(params: Params) -> list[tuple[tuple[str, Any], tuple[str, Any]]]:
-    """Every two settings of ``params`` (in name order)."""
-    items = sorted((n, v) for n, v in params.items())
-    return [(a, b) for i, a in enumerate(items) for b in items[i + 1:]]
 
 
 def _kernel(s: np.ndarray, share: float) -> np.ndarray:
@@ -133,8 +127,8 @@ class PairwiseModelSampler(WholeConfigSampler):
         """``blocked`` (never propose) and ``feasibility`` (a weight in 0..1 on a proposal) answer for
         whole configurations and may change only when ``epoch()`` does (results are cached per epoch);
         ``trust_region``: propose within ``TRUST_RADIUS`` settings of the best measured; ``dense``: the
-        dense pairwise GP instead of the spike-and-slab model; ``explore_every``: every this many trials after the
-        one-setting pass, a space-filling proposal (0: never; ``--sampler model-explore``:
+        dense pairwise GP instead of the spike-and-slab model; ``explore_every``: every this many trials
+        after the one-setting pass, a space-filling proposal (0: never; ``--sampler model-explore``:
         :data:`EXPLORE_EVERY`)."""
         self.space = space
         self.explore_every = explore_every
@@ -223,13 +217,14 @@ class PairwiseModelSampler(WholeConfigSampler):
             if self._model_from is None:
                 self._model_from = number
         if len(measured) < self.init_design or len({round(v, 9) for v in measured.values()}) < 2:
-            return self._spread([params[i] for i in keep], [*map(dict, measured), *failed, *running])
+            return farthest(self.rng, self.enc, [params[i] for i in keep], [*map(dict, measured), *failed, *running])
         repair = self._stated_repair(trials, seen)
         if repair is not None:
             return repair
         if self._explores(number):
             undoubted = [i for i in keep if flags[i][1] >= 1.0]
-            return self._new_pairs([params[i] for i in undoubted or keep], [*map(dict, measured), *running])
+            return most_new_pairs(self.rng, self.enc, [params[i] for i in undoubted or keep],
+                                  [*map(dict, measured), *running])
         if self.trust_region:
             keep = self._near_the_best(keep, rows, measured)
         doubt = np.array([flags[i][1] for i in keep])
@@ -360,24 +355,6 @@ class PairwiseModelSampler(WholeConfigSampler):
             return normal_cdf(mu / np.sqrt(sd * sd + FEASIBILITY_NOISE))
 
         return chance
-
-    def _spread(self, cands: list[Params], taken: list[Params]) -> Params:
-        """A random candidate far from what was tried (max-min similarity over a random subset)."""
-        pool = self.rng.sample(cands, min(len(cands), 256))
-        if not taken:
-            return pool[0]
-        t = np.array([self.enc.encode(p) for p in taken])
-        s = self.enc.similarity(np.array([self.enc.encode(p) for p in pool]), t).max(axis=1)
-        return pool[int(np.argmin(s))]
-
-    def _new_pairs(self, cands: list[Params], measured: list[Params]) -> Params:
-        """A candidate with the most pairs of settings no measured (or running) configuration had
-        together, of a random subset; among those, the farthest from them (:meth:`_spread`)."""
-        seen = {pair for p in measured for pair in _setting_pairs(p)}
-        pool = self.rng.sample(cands, min(len(cands), PAIR_POOL))
-        new = [sum(pair not in seen for pair in _setting_pairs(p)) for p in pool]
-        most = max(new)
-        return self._spread([p for p, n in zip(pool, new, strict=True) if n == most], measured)
 
     def _candidates(self, measured: dict[Any, float]) -> tuple[list[Params], np.ndarray, list[tuple[bool, float]]]:
         """Candidate configurations, their rows, and (blocked, suspected) for each; the listed space's
