@@ -5,6 +5,7 @@ fifth after the one-setting pass (:func:`most_new_pairs`) come from here.
 """
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -38,5 +39,4 @@ def most_new_pairs(rng: random.Random, enc: Encoding, cands: list[Params], measu
 
 def setting_pairs(params: Params) -> list[tuple[tuple[str, Any], tuple[str, Any]]]:
     """Every two settings of ``params`` (in name order)."""
-    items = sorted((n, v) for n, v in params.items())
-    return [(a, b) for i, a in enumerate(items) for b in items[i + 1:]]
+    return list(itertools.combinations(sorted(params.items()), 2))
