@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial
 from core.errors import ConfigError
 from core.slo import Slo
 from core.types import FailureKind
-from tuner.failure_rules import Learner, Observation
+from tuner.failure_rules import Learner, Observation, signature
 from tuner.space import SearchSpace
 from tuner.whole_config import WholeConfigSampler, config_key, history
 
@@ -50,8 +50,9 @@ class CoordinateSampler(WholeConfigSampler):
                 variants = self._variants(current, param.name)
                 variants += [r for v in variants if config_key(v) in reasons
                              for r in self._repairs(v, param.name, reasons[config_key(v)], measured)]
+                not_the_cause = self._not_the_cause(current, variants, reasons)
                 for v in variants:
-                    if config_key(v) not in tried and not self.blocked(v):
+                    if config_key(v) not in tried and not self.blocked(v) and not not_the_cause:
                         return v
                 scored = [(measured[config_key(v)], v) for v in variants if config_key(v) in measured]
                 if scored:
@@ -59,6 +60,20 @@ class CoordinateSampler(WholeConfigSampler):
                 elif self.slos:  # none met the objectives yet: the one that came closest
                     current = self._closest(variants, trials) or current
         return None
+
+    def _not_the_cause(self, current: Params, variants: list[Params],
+                       reasons: dict[Any, tuple[str, str]]) -> bool:
+        """Has this setting been shown not to cause the failure of ``current``, the configuration the
+        pass stands on (its first values, while none ran)? So when another value of it failed the same
+        way and the log names no setting: changing it did not help, so its other values would most
+        likely fail too (the cause is elsewhere), and the pass moves on to the next setting instead of
+        paying a launch for each of them."""
+        why = reasons.get(config_key(current))
+        if why is None or self.learner.named_pairs(Observation(0, current, why[0] or "failed", why[1])):
+            return False
+        own = signature(*why)
+        return any(config_key(v) != config_key(current) and config_key(v) in reasons
+                   and signature(*reasons[config_key(v)]) == own for v in variants)
 
     def _closest(self, variants: list[Params], trials: Sequence[FrozenTrial]) -> Params | None:
         """The variant that missed the objectives by the least (the largest ratio of measured value to

@@ -36,3 +36,23 @@ def test_a_failed_move_is_repaired_at_the_value_the_log_names(tmp_path: Path) ->
     assert not any(r.params["moe_runner_backend"] == "marlin" and r.params["ep_size"] == 1
                    and r.params["cuda_graph_max_bs"] == 32 for r in launched[:first + 3]), \
         "once the named value ran, the repair does not go on to the value the log did not name"
+
+
+def test_a_failing_start_moves_on_from_a_setting_whose_change_failed_the_same_way(tmp_path: Path) -> None:
+    """The first values crash (a log naming nothing) because of the last setting: once another value
+    of a setting crashed the same way, the pass leaves that setting's remaining values untried."""
+
+    def crashes_at_small_graphs(config: Config, before: int) -> float | tuple[FailureKind, str]:
+        if config.params.get("cuda_graph_max_bs", 16) == 16:
+            return FailureKind.CRASHED, "server exited with code 139 during startup: Segmentation fault (core dumped)"
+        return 10.0 + config.params.get("cuda_graph_max_bs", 16) / 100
+
+    opts = SweepOptions(space_path=str(FIXTURES / "e2e-space.yaml"), db_path=str(tmp_path / "t.db"), budget=8,
+                        seed=0, study_name="start", sampler="coordinate")
+    results, _ = scripted_sweep(opts, crashes_at_small_graphs, io.StringIO())
+    launched = [r for r in results.runs if r.status.launched and r.params]
+    first_ok = next(i for i, r in enumerate(launched) if not r.failure_kind)
+    runners = [r.params["moe_runner_backend"] for r in launched[:first_ok]]
+    assert runners.count("auto") >= 1 and "triton" in runners, runners
+    assert "marlin" not in runners, "triton crashed as auto did: marlin is not tried before a launch runs"
+    assert launched[first_ok].params["cuda_graph_max_bs"] != 16
