@@ -50,10 +50,10 @@ class CoordinateSampler(WholeConfigSampler):
                 variants = self._variants(current, param.name)
                 variants += [r for v in variants if config_key(v) in reasons
                              for r in self._repairs(v, param.name, reasons[config_key(v)], measured)]
-                not_the_cause = self._not_the_cause(current, variants, reasons)
-                for v in variants:
-                    if config_key(v) not in tried and not self.blocked(v) and not not_the_cause:
-                        return v
+                if not self._not_the_cause(current, variants, reasons):
+                    for v in variants:
+                        if config_key(v) not in tried and not self.blocked(v):
+                            return v
                 scored = [(measured[config_key(v)], v) for v in variants if config_key(v) in measured]
                 if scored:
                     current = max(scored, key=lambda sv: sv[0])[1]
@@ -68,12 +68,13 @@ class CoordinateSampler(WholeConfigSampler):
         way and the log names no setting: changing it did not help, so its other values would most
         likely fail too (the cause is elsewhere), and the pass moves on to the next setting instead of
         paying a launch for each of them."""
-        why = reasons.get(config_key(current))
-        if why is None or self.learner.named_pairs(Observation(0, current, why[0] or "failed", why[1])):
+        key = config_key(current)
+        why = reasons.get(key)
+        if why is None or self._named(current, why):
             return False
         own = signature(*why)
-        return any(config_key(v) != config_key(current) and config_key(v) in reasons
-                   and signature(*reasons[config_key(v)]) == own for v in variants)
+        return any(k != key and k in reasons and signature(*reasons[k]) == own
+                   for k in map(config_key, variants))
 
     def _closest(self, variants: list[Params], trials: Sequence[FrozenTrial]) -> Params | None:
         """The variant that missed the objectives by the least (the largest ratio of measured value to
@@ -99,9 +100,8 @@ class CoordinateSampler(WholeConfigSampler):
         tries it at the other EP sizes, as one would by hand: first at the values the log names (EP 8),
         and at the others only if none of those ran, so a message that says what it needs costs one
         failed launch, not one per value."""
-        named = self.learner.named_pairs(Observation(0, failed, why[0] or "failed", why[1]))
         out: list[Params] = []
-        for other, value in named:
+        for other, value in self._named(failed, why):
             if other == name:
                 continue
             variants = [v for v in self._variants(failed, other) if v.get(other) != value]
@@ -109,6 +109,10 @@ class CoordinateSampler(WholeConfigSampler):
             ran = any(config_key(v) in measured for v in asked)
             out.extend(asked if ran else asked + [v for v in variants if v not in asked])
         return out
+
+    def _named(self, failed: Params, why: tuple[str, str]) -> list[tuple[str, Any]]:
+        """The settings of ``failed`` that its failure's (kind, reason) names (:meth:`Learner.named_pairs`)."""
+        return self.learner.named_pairs(Observation(0, failed, why[0] or "failed", why[1]))
 
     def _variants(self, current: Params, name: str) -> list[Params]:
         out: list[Params] = []
