@@ -7,16 +7,15 @@ learned failure rule covers it, or the store already measured it) and collect re
 again). Infrastructure failures are re-queued once. Several drivers may work on one study: each
 launch is claimed first (:mod:`db.coordination`: the budget counts every driver's launches, a
 configuration another driver is launching is answered when it ends), and the RUNNING trials of a
-dead driver are failed and re-queued. The first trial is the baseline. With ``confirm``, the best configurations
-are then measured once more and ranked by their median. The same loop runs real servers through
-Ray and, with ``--offline``, the scenario's model.
+dead driver are failed and re-queued (:mod:`tuner.drivers`). The first trial is the baseline. With
+``confirm``, the best configurations are then measured once more and ranked by their median. The
+same loop runs real servers through Ray and, with ``--offline``, the scenario's model.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -30,6 +29,7 @@ from db.coordination import Claim, Coordination
 from db.location import check as check_database
 from db.location import database
 from db.store import Store, SweepRow
+from tuner.drivers import DRIVER_ATTR, recover, share
 from tuner.failure_rules import RuleBook
 from tuner.follow_up import PROFILE_STEPS, confirm_leaders, measure_front, profile_best
 from tuner.gpu_pool import GpuPool
@@ -60,7 +60,6 @@ from workers.node import NodeInfo
 
 MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
-DRIVER_ATTR = "driver"  # a trial's system attribute: the driver that asked for it
 WAIT_S = 0.5  # how long one wait for results blocks before the live view is refreshed
 
 
@@ -100,7 +99,7 @@ class Sweep:
             try:
                 with ctx.view:
                     self._announce(ctx)
-                    self._recover(ctx)
+                    recover(ctx, self.store)
                     self._loop(ctx, Quota(self.opts.budget))
                     if self.opts.confirm:
                         confirm_leaders(ctx, self.store, self._loop, self.opts.budget, self.opts.confirm)
@@ -163,21 +162,6 @@ class Sweep:
             view.log(f"study {ctx.sweep.study_name} already has {done} finished trials (--budget "
                      f"{self.opts.budget}): nothing to launch; raise --budget to run more")
 
-    def _recover(self, ctx: Context) -> None:
-        """Fail and re-queue the trials a dead driver left RUNNING (those of live drivers run on)."""
-        study = ctx.study
-        live = ctx.coord.forget_the_dead()  # this driver included: its trials run on
-        others = len(live) > 1
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            owner = t.system_attrs.get(DRIVER_ATTR)
-            just_asked = t.datetime_start is not None and (datetime.now() - t.datetime_start).total_seconds() < 60
-            if owner in live or (owner is None and others and just_asked):  # another driver's, before it says so
-                continue
-            study._storage.set_trial_user_attr(t._trial_id, "status", RunStatus.INTERRUPTED.value)
-            study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            if self.store.run(ctx.sweep.id, t.number) is None:
-                study.enqueue_trial(t.params, user_attrs={**carried_attrs(t.user_attrs), "retry_of": t.number})
-
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, ctx: Context, quota: Quota) -> None:
         """Launch until the quota is spent (or the space exhausted), collecting results as they come."""
@@ -199,29 +183,13 @@ class Sweep:
                         self._complete(ctx, flight, done)
                 else:  # only waiting for configurations other drivers are launching
                     time.sleep(WAIT_S)
-                self._share(ctx, flight)
+                share(ctx, flight, self.store, self.recorder)
                 for index, phase in ctx.launcher.phases().items():
                     ctx.view.set_phase(index, phase.trial_number, phase.phase, phase.since)
         except (KeyboardInterrupt, ClusterError) as exc:
             self._abort(ctx, flight, exc)
         finally:
             LOOP_POLLS.clear()
-
-    def _share(self, ctx: Context, flight: Flight) -> None:
-        """Work with the other drivers: answer the proposals that waited for their launches, keep this
-        driver's heartbeat, and take over what dead drivers left."""
-        for key in list(flight.elsewhere):
-            prior = self.store.measured(ctx.sweep.id, key)
-            if prior is None and ctx.coord.claimed(key):
-                continue
-            for trial, config in flight.elsewhere.pop(key):
-                if prior is None:  # interrupted there; its driver re-queued it
-                    ctx.study.tell(trial, state=TrialState.FAIL)
-                    continue
-                run = self.recorder.answer_from_store(ctx.study, trial, config, prior)
-                ctx.view.finished(run, None, self.store.count_launched(ctx.sweep.id))
-        if ctx.coord.beat():
-            self._recover(ctx)
 
     def _needs_baseline(self, ctx: Context) -> bool:
         queued = ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
