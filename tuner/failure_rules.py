@@ -22,10 +22,10 @@ own rule, and rules that differ in one parameter's values merge.
 A rule is *confirmed* (it stops a matching proposal before launch) when the evidence justifies its
 reach: two or more failing configurations support it and, where they differ, they failed at every
 value of that parameter; or three different failing configurations support it; or the log named it
-with two or more settings. Otherwise it is *suspected*:
-it only weighs the sampler's proposals down (:meth:`RuleBook.feasibility`), so a setting that failed once,
-or that failed with two of three checkpoint formats, is still tried with the third when the model
-expects it to pay; and the tight box the supporting failures span is confirmed instead.
+with two or more settings. Otherwise it is *suspected*: it only weighs the sampler's proposals down
+(:meth:`tuner.rule_book.RuleBook.feasibility`), so a setting that failed once, or that failed with
+two of three checkpoint formats, is still tried with the third when the model expects it to pay; and
+the tight box the supporting failures span is confirmed instead.
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.types import FailureKind
 from tuner.space import SearchSpace
 
 MAX_RULE_SIZE = 3
-SUSPECT_ODDS = 0.25  # the weight on a proposal that a suspected rule of one failure covers (see RuleBook.feasibility)
+SUSPECT_ODDS = 0.25  # the weight on a proposal that a suspected rule of one failure covers (see tuner.rule_book)
 CONFIRMING_FAILURES = 3  # this many different failing configurations confirm a rule whatever else they differ in
 Pair = tuple[str, Any]
 # How SGLang's messages name a checkpoint's format (its --quantization names), by the word a model
@@ -325,54 +324,3 @@ def _joined(a: Rule, b: Rule) -> Rule | None:
     return Rule(params=tuple(params), kind=a.kind, signature=a.signature,
                 trials=tuple(sorted(set(a.trials) | set(b.trials))), named=a.named or b.named,
                 confirmed=a.confirmed or b.confirmed)
-
-
-class RuleBook:
-    """The rules of one running sweep: derived again from its runs after each launch."""
-
-    def __init__(self, space: SearchSpace) -> None:
-        self.learner = Learner(space)
-        self.domains = self.learner.domains
-        self.rules: list[Rule] = []
-        self.epoch = 0  # changes whenever the rules do
-
-    def refresh(self, runs: Iterable[Any]) -> list[Rule]:
-        """Derive the rules from the sweep's launched runs (``RunRow``-like); returns the new ones."""
-        observations = [Observation(r.trial_number, dict(r.params), None if r.tok_s is not None else r.failure_kind,
-                                    r.failure_reason)
-                        for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)
-                        and r.failure_kind != FailureKind.SLO_MISSED]  # a latency, not a failure of settings
-        before = {(r.params, r.kind) for r in self.rules}
-        rules = self.learner.learn(observations)
-        if rules != self.rules:
-            self.rules, self.epoch = rules, self.epoch + 1
-        return [r for r in self.rules if (r.params, r.kind) not in before and r.confirmed]
-
-    def blocking(self, params: dict[str, Any]) -> Rule | None:
-        """The confirmed rule that covers ``params``, if any: such a proposal is not launched."""
-        return next((r for r in self.rules if r.confirmed and r.matches(params)), None)
-
-    def blocks(self, params: dict[str, Any]) -> bool:
-        """Does a confirmed rule cover ``params``?"""
-        return self.blocking(params) is not None
-
-    def feasibility(self, params: dict[str, Any]) -> float:
-        """How much the suspected rules doubt ``params`` will run (1.0: not at all); the sampler weighs
-        its proposals by this. The suspected rules of one signature from the same failures are
-        alternative explanations, one of them the cause: a configuration that matches k of m of them
-        fails with chance k/m times the confidence in the failure's cause, 1 - ``SUSPECT_ODDS`` ** (the
-        failures that support it). So two crashes at ``ncds=1`` weigh it down more than one, and one
-        failure that three different pairs could explain does not weigh a candidate matching two of
-        them down as if each were certain."""
-        groups: dict[tuple[str, tuple[int, ...]], list[bool]] = {}
-        for rule in self.rules:
-            if not rule.confirmed:
-                groups.setdefault((rule.signature, rule.trials), []).append(rule.matches(params))
-        weight = 1.0
-        for (_, trials), matched in groups.items():
-            weight *= 1 - sum(matched) / len(matched) * (1 - SUSPECT_ODDS ** len(trials))
-        return weight
-
-    def records(self) -> list[tuple[str, dict[str, Any]]]:
-        """(text, JSON form) of every rule, for the store."""
-        return [(r.describe(self.domains), r.as_dict()) for r in self.rules]

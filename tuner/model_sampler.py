@@ -79,6 +79,8 @@ TRUST_RADIUS = 2
 EXPLORE_EVERY = 5
 EXPLORE_SHARE = 0.75
 Params = dict[str, Any]
+Flags = tuple[np.ndarray, np.ndarray]  # per candidate: covered by a confirmed rule; weight by the suspected ones
+Judge = Callable[[Encoding, np.ndarray], Flags]
 
 
 def _kernel(s: np.ndarray, share: float) -> np.ndarray:
@@ -123,13 +125,15 @@ class PairwiseModelSampler(WholeConfigSampler):
                  feasibility: Callable[[Params], float] | None = None, seed: int | None = None,
                  init_design: int = INIT_DESIGN, epoch: Callable[[], int] | None = None,
                  start_with_one_pass: bool = False, trust_region: bool = False, dense: bool = False,
-                 explore_every: int = 0) -> None:
+                 explore_every: int = 0, judge: Judge | None = None) -> None:
         """``blocked`` (never propose) and ``feasibility`` (a weight in 0..1 on a proposal) answer for
         whole configurations and may change only when ``epoch()`` does (results are cached per epoch);
         ``trust_region``: propose within ``TRUST_RADIUS`` settings of the best measured; ``dense``: the
         dense pairwise GP instead of the spike-and-slab model; ``explore_every``: every this many trials
         after the one-setting pass, a space-filling proposal (0: never; ``--sampler model-explore``:
-        :data:`EXPLORE_EVERY`)."""
+        :data:`EXPLORE_EVERY`); ``judge``: ``blocked`` and ``feasibility`` of many encoded rows at once
+        (:meth:`tuner.rule_book.RuleBook.judge`), for a listed space whose configurations no forbid
+        rule covers."""
         self.space = space
         self.explore_every = explore_every
         # the sweep's budget (set by tuner.sampler.make_sampler): no space-filling proposal in its last
@@ -142,6 +146,7 @@ class PairwiseModelSampler(WholeConfigSampler):
         self.dense = dense
         self.blocked = blocked
         self.feasibility = feasibility or (lambda _: 1.0)
+        self.judge = judge
         self.rng = random.Random(seed)
         self.init_design = init_design
         self.enc = Encoding(space)
@@ -157,11 +162,12 @@ class PairwiseModelSampler(WholeConfigSampler):
         self._slo_readings: list[tuple[np.ndarray, dict[str, Any]]] = []
         self._slo_missed: set[Any] = set()
         self._listed: list[Params] | None = None
-        self._listed_flags: list[tuple[bool, float]] | None = None
+        self._listed_flags: Flags | None = None
         self._listed_epoch = -1
         if space.cardinality() <= LISTED_CANDIDATES:
             self._listed = list(space.iter_configs())
             self._listed_rows = np.array([self.enc.encode(p) for p in self._listed])
+            self._listed_keys = [config_key(p) for p in self._listed]
 
     @property
     def slos(self) -> tuple[Slo, ...]:
@@ -206,8 +212,8 @@ class PairwiseModelSampler(WholeConfigSampler):
         measured, failed, running = history(trials, number)
         self._note_slo_readings(trials)
         seen = {*measured, *map(config_key, failed), *map(config_key, running)}
-        params, rows, flags = self._candidates(measured)
-        keep = [i for i, p in enumerate(params) if config_key(p) not in seen and not flags[i][0]]
+        params, rows, keys, (blocked, weight) = self._candidates(measured)
+        keep = [i for i in np.flatnonzero(~blocked).tolist() if keys[i] not in seen]
         if not keep:
             return None
         if self.start is not None:  # one setting at a time from the first values, then the model
@@ -222,13 +228,12 @@ class PairwiseModelSampler(WholeConfigSampler):
         if repair is not None:
             return repair
         if self._explores(number):
-            undoubted = [i for i in keep if flags[i][1] >= 1.0]
+            undoubted = [i for i in keep if weight[i] >= 1.0]
             return most_new_pairs(self.rng, self.enc, [params[i] for i in undoubted or keep],
                                   [*map(dict, measured), *running])
         if self.trust_region:
             keep = self._near_the_best(keep, rows, measured)
-        doubt = np.array([flags[i][1] for i in keep])
-        return params[keep[self._best_ei(rows[keep], doubt, measured, failed, running)]]
+        return params[keep[self._best_ei(rows[keep], weight[keep], measured, failed, running)]]
 
     def _explores(self, number: int) -> bool:
         """Is trial ``number``'s proposal a space-filling one (:data:`EXPLORE_EVERY`)?"""
@@ -356,39 +361,27 @@ class PairwiseModelSampler(WholeConfigSampler):
 
         return chance
 
-    def _candidates(self, measured: dict[Any, float]) -> tuple[list[Params], np.ndarray, list[tuple[bool, float]]]:
-        """Candidate configurations, their rows, and (blocked, suspected) for each; the listed space's
-        flags are cached until the rules change."""
+    def _candidates(self, measured: dict[Any, float]) -> tuple[list[Params], np.ndarray, list[Any], Flags]:
+        """Candidate configurations, their rows and keys, and (blocked, weight by the suspected rules)
+        for each; the listed space's flags are cached until the rules change."""
         if self._listed is not None:
             epoch = self.epoch()
             if self._listed_flags is None or self._listed_epoch != epoch:
-                self._listed_flags = [(self.blocked(p), self.feasibility(p)) for p in self._listed]
+                self._listed_flags = self.judge(self.enc, self._listed_rows) if self.judge else \
+                    self._flags(self._listed)
                 self._listed_epoch = epoch
-            return self._listed, self._listed_rows, self._listed_flags
+            return self._listed, self._listed_rows, self._listed_keys, self._listed_flags
         pool = [self._random_config() for _ in range(POOL)]
         for key in sorted(measured, key=lambda k: -measured[k])[:3]:
-            pool.extend(self._moves(dict(key)))
+            pool.extend(self.space.moves(dict(key)))
         pool = [p for p in pool if not self.space.violates(p)]
         rows = np.array([self.enc.encode(p) for p in pool]).reshape(len(pool), len(self.enc.params))
-        return pool, rows, [(self.blocked(p), self.feasibility(p)) for p in pool]
+        return pool, rows, [config_key(p) for p in pool], self._flags(pool)
+
+    def _flags(self, configs: list[Params]) -> Flags:
+        """(blocked, weight) of each configuration, one at a time."""
+        return (np.array([self.blocked(p) for p in configs], dtype=bool),
+                np.array([self.feasibility(p) for p in configs], dtype=float))
 
     def _random_config(self) -> Params:
         return self.space.build(lambda p, _: self.rng.choice(p.values() or [p.low, p.high])).params
-
-    def _moves(self, params: Params) -> list[Params]:
-        """Every configuration one or two settings away from ``params``."""
-        out: list[Params] = []
-        singles: list[Params] = []
-        for p in self.space.params:
-            for v in p.values() or []:
-                if params.get(p.name) != v:
-                    singles.append({p.name: v})
-        for i, a in enumerate(singles):
-            for b in [{}, *singles[i + 1:]]:
-                if set(a) & set(b):
-                    continue
-                try:
-                    out.append(self.space.from_assignments({**params, **a, **b}).params)
-                except ConfigError:  # forbidden
-                    continue
-        return out

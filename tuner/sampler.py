@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from core.errors import ConfigError
 from core.slo import Slo
-from tuner.failure_rules import RuleBook
+from tuner.rule_book import RuleBook
 from tuner.space import SearchSpace
 
 
@@ -108,7 +108,8 @@ def _model(one_pass_first: bool, trust_region: bool = False, dense: bool = False
         return PairwiseModelSampler(space, blocked, learned.feasibility if learned else None, seed=seed,
                                     epoch=(lambda: learned.epoch) if learned else None,
                                     start_with_one_pass=one_pass_first, trust_region=trust_region, dense=dense,
-                                    explore_every=EXPLORE_EVERY if explore else 0)
+                                    explore_every=EXPLORE_EVERY if explore else 0,
+                                    judge=learned.judge if learned else None)
 
     return factory
 

@@ -168,6 +168,20 @@ class SearchSpace:
                               f"{', '.join(p.name for p in self.params)})")
         return self.build(choose)
 
+    def moves(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every configuration one or two settings away from ``params`` (forbidden ones left out)."""
+        singles = [{p.name: v} for p in self.params for v in p.values() or [] if params.get(p.name) != v]
+        out: list[dict[str, Any]] = []
+        for i, a in enumerate(singles):
+            for b in [{}, *singles[i + 1:]]:
+                if set(a) & set(b):
+                    continue
+                try:
+                    out.append(self.from_assignments({**params, **a, **b}).params)
+                except ConfigError:  # forbidden
+                    continue
+        return out
+
     def baseline(self) -> Config:
         """The base settings alone (SGLang's defaults for everything else)."""
         return Config(params={}, flags=dict(self.base.flags), env=dict(self.base.env))

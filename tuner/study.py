@@ -30,7 +30,6 @@ from db.location import check as check_database
 from db.location import database
 from db.store import Store, SweepRow
 from tuner.drivers import DRIVER_ATTR, recover, share
-from tuner.failure_rules import RuleBook
 from tuner.follow_up import PROFILE_STEPS, confirm_leaders, measure_front, profile_best
 from tuner.gpu_pool import GpuPool
 from tuner.launchers import launcher_for
@@ -40,6 +39,7 @@ from tuner.parallelism import gpu_sizes
 from tuner.pareto import front_lines
 from tuner.recording import INFEASIBLE_VALUE, Recorder, artifact_store
 from tuner.results import SweepResults
+from tuner.rule_book import RuleBook
 from tuner.sampler import check_strategy, make_sampler
 from tuner.space import ForbiddenConfig, SearchSpace
 from tuner.space_loader import apply_hardware, check_flags, load_space
@@ -140,7 +140,8 @@ class Sweep:
         view.groups = [GroupView(s.label) for s in slots]
         coord = Coordination(self.store.engine, sweep.id, str(self.store.db))
         coord.register()
-        return Context(study, sweep, space, launcher, node, slots, view, rules, distinct_configurations(space), coord,
+        distinct = distinct_configurations(space, enough=self.opts.budget)
+        return Context(study, sweep, space, launcher, node, slots, view, rules, distinct, coord,
                        tuple(gpu_sizes(space)))
 
     def _announce(self, ctx: Context) -> None:

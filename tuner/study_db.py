@@ -85,9 +85,15 @@ def _described(dist: optuna.distributions.BaseDistribution) -> str:
     return repr(dist)
 
 
-def distinct_configurations(space: SearchSpace, limit: int = 50_000) -> float:
-    """How many different servers the space (and its baseline) can launch; ``inf`` when too many to list."""
+def distinct_configurations(space: SearchSpace, limit: int = 50_000, enough: int | None = None) -> float:
+    """How many different servers the space (and its baseline) can launch; ``inf`` when too many to
+    list. With ``enough``, counting stops once there are more than that many (the count then is only
+    a lower bound: a sweep of ``enough`` launches cannot exhaust the space)."""
     if math.isinf(space.cardinality()) or space.cardinality() > limit:
         return math.inf
-    keys = {space.from_params(params).key() for params in space.iter_configs()}
-    return len(keys | {space.baseline().key()})
+    keys = {space.baseline().key()}
+    for params in space.iter_configs():
+        keys.add(space.from_params(params).key())
+        if enough is not None and len(keys) > enough:
+            break
+    return len(keys)

@@ -13,11 +13,11 @@ import optuna
 from core.types import Config, FailureKind, TrialResult
 from db.coordination import Coordination
 from db.store import SweepRow
-from tuner.failure_rules import RuleBook
 from tuner.gpu_pool import Durations, GpuPool, may_backfill, reservation
 from tuner.launchers.base import Launcher, Slot
 from tuner.live import SweepView
 from tuner.parallelism import gpus_needed, slot_gpus
+from tuner.rule_book import RuleBook
 from tuner.space import SearchSpace
 from workers.node import NodeInfo
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tuner.failure_rules import Learner, Observation
 from tuner.space_loader import load_space
 
@@ -169,7 +171,8 @@ def test_a_log_naming_another_checkpoint_format_puts_the_checkpoint_in_the_rule(
 
 
 def test_doubt_is_shared_among_explanations_and_grows_with_the_failures(write_yaml: Any) -> None:
-    from tuner.failure_rules import SUSPECT_ODDS, RuleBook
+    from tuner.failure_rules import SUSPECT_ODDS
+    from tuner.rule_book import RuleBook
 
     tie = [ok(1, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=32),
            ok(2, moe_a2a_backend="deepep", ep_size=8, attention_backend="triton", cuda_graph_max_bs=32),
@@ -190,3 +193,26 @@ def test_doubt_is_shared_among_explanations_and_grows_with_the_failures(write_ya
     book.rules = book.learner.learn([*oom, failed(3, "oom", OOM, cuda_graph_max_bs=256,
                                                   **{**base, "moe_a2a_backend": "deepep", "ep_size": 8})])
     assert (once, book.feasibility(candidate)) == (SUSPECT_ODDS, SUSPECT_ODDS ** 2)
+
+
+def test_judging_a_whole_space_at_once_answers_as_each_configuration_alone(write_yaml: Any) -> None:
+    from tuner.encoding import Encoding
+    from tuner.rule_book import RuleBook
+
+    space = load_space(write_yaml(SPACE))
+    runs = [ok(1, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=32),
+            ok(2, moe_a2a_backend="deepep", ep_size=8, attention_backend="triton", cuda_graph_max_bs=32),
+            failed(3, "crashed", "RuntimeError: CUDA error: an illegal memory access was encountered",
+                   moe_a2a_backend="deepep", ep_size=8, attention_backend="fa3", cuda_graph_max_bs=32),
+            failed(4, "oom", OOM, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=256),
+            failed(5, "config_error", DEEPEP, moe_a2a_backend="deepep", ep_size=2, attention_backend="triton",
+                   cuda_graph_max_bs=64)]
+    book = RuleBook(space)
+    book.rules = book.learner.learn(runs)
+    assert any(r.confirmed for r in book.rules) and any(not r.confirmed for r in book.rules)
+    configs = list(space.iter_configs())
+    enc = Encoding(space)
+    blocked, weight = book.judge(enc, np.array([enc.encode(p) for p in configs]))
+    assert blocked.tolist() == [book.blocks(p) for p in configs]
+    assert weight.tolist() == [book.feasibility(p) for p in configs]
+    assert len(set(weight.tolist())) > 2, "the space holds configurations doubted to different degrees"
