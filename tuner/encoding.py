@@ -21,6 +21,7 @@ class Encoding:
         self.params: list[Param] = list(space.params)
         self.values: list[list[Any]] = [p.values() or [] for p in self.params]
         self.tables = [self._table(p, vals) for p, vals in zip(self.params, self.values, strict=True)]
+        self.column = {p.name: i for i, p in enumerate(self.params)}  # a parameter's column in a row
 
     @staticmethod
     def _table(param: Param, values: list[Any]) -> np.ndarray:
@@ -38,10 +39,15 @@ class Encoding:
     def encode(self, params: Params) -> np.ndarray:
         """The row of one configuration (values off the grid count as inactive)."""
         row = np.zeros(len(self.params), dtype=np.int32)
-        for i, (p, vals) in enumerate(zip(self.params, self.values, strict=True)):
-            if p.name in params and params[p.name] in vals:
-                row[i] = vals.index(params[p.name]) + 1
+        for i, p in enumerate(self.params):
+            if p.name in params:
+                row[i] = self.code(i, params[p.name])
         return row
+
+    def code(self, column: int, value: Any) -> int:
+        """The integer a row holds in ``column`` for ``value`` (0: off the grid, as if inactive)."""
+        values = self.values[column]
+        return values.index(value) + 1 if value in values else 0
 
     def settings_apart(self, rows: np.ndarray, row: np.ndarray) -> np.ndarray:
         """For each of ``rows``, how many settings differ from ``row``: a conditional parameter counts

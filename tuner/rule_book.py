@@ -88,12 +88,10 @@ def _weight(groups: Sequence[tuple[int, list[np.ndarray]]]) -> np.ndarray:
 
 def _matching_rows(rule: Rule, enc: Encoding, rows: np.ndarray) -> np.ndarray:
     """Which encoded rows have every setting of ``rule`` (a rule on a parameter the space lacks: none)."""
-    index = {p.name: i for i, p in enumerate(enc.params)}
     mask = np.ones(len(rows), dtype=bool)
     for name, values in rule.params:
-        if name not in index:
+        if name not in enc.column:
             return np.zeros(len(rows), dtype=bool)
-        domain = enc.values[index[name]]
-        codes = [domain.index(v) + 1 for v in values if v in domain]
-        mask &= np.isin(rows[:, index[name]], codes)
+        column = enc.column[name]
+        mask &= np.isin(rows[:, column], [c for v in values if (c := enc.code(column, v))])
     return mask
