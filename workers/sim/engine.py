@@ -86,6 +86,7 @@ class Scheduler:
         self.stalled = False
         self.spec_tokens = 0
         self.spec_steps = 0
+        self.generated_tokens = 0  # every output token so far (SGLang's sglang:generation_tokens_total)
         self.batch_steps = 0.0  # decode steps of the whole batch so far (what a profiler counts)
         self.on_step: Callable[[], None] | None = None  # called after each request's decode step
         self._seq = 0
@@ -127,6 +128,7 @@ class Scheduler:
             while self.stalled:
                 await asyncio.sleep(3600)
             req.add_tokens(1)
+            self.generated_tokens += len(req.pieces)
             req.decoding = True
             last = loop.time()
             while True:
@@ -149,6 +151,7 @@ class Scheduler:
                     self.on_step()
                 before = len(req.pieces)
                 req.add_tokens(self._draw_tokens(req, steps))
+                self.generated_tokens += len(req.pieces) - before
                 if len(req.pieces) > before:
                     req.verify_ct += steps
                     self.spec_tokens += len(req.pieces) - before

@@ -129,6 +129,16 @@ class Endpoints:
                                    "modelled_tok_s_c16": state.outcome.tok_s_c16 * state.outcome.noise_factor}})
         return JSONResponse(info)
 
+    async def metrics(self, _: HttpRequest) -> Response:
+        """/metrics with --enable-metrics: SGLang's Prometheus counters of tokens (404 without it)."""
+        if not self.state.options.get("enable_metrics"):
+            return Response(status_code=404)
+        label = json.dumps(self.state.served_model_name)
+        text = ("# HELP sglang:generation_tokens_total Number of generation tokens processed.\n"
+                "# TYPE sglang:generation_tokens_total counter\n"
+                f"sglang:generation_tokens_total{{model_name={label}}} {float(self.sched.generated_tokens)}\n")
+        return Response(text, media_type="text/plain; version=0.0.4")
+
     async def models(self, _: HttpRequest) -> Response:
         """/v1/models."""
         name = self.state.served_model_name
@@ -278,7 +288,8 @@ def build_app(state: ServerState) -> Starlette:
         Route("/health", api.health), Route("/health_generate", api.health), Route("/ready", api.ready),
         Route("/model_info", api.model_info), Route("/get_model_info", api.model_info),
         Route("/server_info", api.server_info), Route("/get_server_info", api.server_info),
-        Route("/v1/models", api.models), Route("/flush_cache", api.flush_cache, methods=["POST", "GET"]),
+        Route("/v1/models", api.models), Route("/metrics", api.metrics),
+        Route("/flush_cache", api.flush_cache, methods=["POST", "GET"]),
         Route("/generate", api.generate, methods=["POST"]),
         Route("/start_profile", api.start_profile, methods=["POST"]),
         Route("/stop_profile", api.stop_profile, methods=["POST"]),
