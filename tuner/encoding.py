@@ -10,6 +10,8 @@ import numpy as np
 
 from tuner.space import Param, SearchSpace
 
+ERF_IS_ONE = 6.0  # math.erf(x) is exactly 1.0 from here on (and -1.0 below -6)
+_erf = np.frompyfunc(math.erf, 1, 1)
 ORDINAL_DECAY = 0.5  # similarity of neighbouring values of an ordered parameter
 Params = dict[str, Any]
 
@@ -75,6 +77,17 @@ def log_likelihood(k: np.ndarray, yc: np.ndarray) -> float:
     return float(-0.5 * yc @ alpha - np.log(np.diag(chol)).sum())
 
 
+def log_likelihoods(ks: np.ndarray, yc: np.ndarray) -> np.ndarray:
+    """:func:`log_likelihood` of ``yc`` under each covariance of the stack ``ks``, in one batched
+    factorisation (equal to one at a time but for the last bits of the sums)."""
+    try:
+        chol = np.linalg.cholesky(ks)
+    except np.linalg.LinAlgError:  # one of them is singular: that one is -inf
+        return np.array([log_likelihood(k, yc) for k in ks])
+    alpha = np.linalg.solve(ks, np.broadcast_to(yc[:, None], (len(ks), len(yc), 1)))[..., 0]
+    return np.asarray(-0.5 * (alpha @ yc) - np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1))
+
+
 class Factored:
     """A GP covariance ``k`` of the measured rows, factored once, with centred readings ``yc``: the
     weights of the posterior mean (``alpha``) and, for candidates' cross-covariances, the prior variance
@@ -93,8 +106,13 @@ class Factored:
 
 
 def normal_cdf(z: np.ndarray) -> np.ndarray:
-    """The standard normal CDF, elementwise."""
-    return np.asarray(0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))))
+    """The standard normal CDF, elementwise (``math.erf``, which is exactly +-1 beyond +-6: only the
+    values between are worked out)."""
+    x = np.asarray(z / math.sqrt(2.0), dtype=float)
+    erf = np.sign(x)
+    between = np.abs(x) < ERF_IS_ONE
+    erf[between] = _erf(x[between]).astype(float)
+    return np.asarray(0.5 * (1.0 + erf))
 
 
 def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:

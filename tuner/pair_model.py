@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from tuner.encoding import Encoding, Factored, expected_improvement, log_likelihood
+from tuner.encoding import Encoding, Factored, expected_improvement, log_likelihood, log_likelihoods
 
 LEVEL_VAR = 0.05  # prior variance of the overall level (log tok/s, after centring)
 SPIKE_SD = 0.02  # a quiet pair's effects (log tok/s)
@@ -40,6 +40,7 @@ OUTLIER_VAR = 0.25 ** 2  # ... is trusted less: its noise variance grows by this
 GIBBS_SWEEPS = 24  # sweeps over every pair; the structures of the second half are kept ...
 GIBBS_FULL_UNTIL = 50  # ... up to this many launches; beyond, fewer (each costs more, and more data decide)
 CANDIDATE_BATCH = 2048  # candidates whose expected improvement is worked out at a time
+GIBBS_LOOKAHEAD = 8  # pairs whose flips are weighed in one batched factorisation (exact: redone after a flip)
 GIBBS_READINGS = 150  # beyond this many launches, the structure is sampled from this many of them, drawn at random
 Sample = tuple[tuple[int, ...], float, float]  # loud pairs (indices into the model's pairs), two scales
 
@@ -52,6 +53,8 @@ class _Similarity:
     def __init__(self, enc: Encoding, a: np.ndarray, b: np.ndarray) -> None:
         self.enc, self.a, self.b = enc, a, b
         self._per: dict[int, np.ndarray] = {}
+        self._quiet: dict[float, np.ndarray] = {}
+        self._loud: dict[tuple[int, int], np.ndarray] = {}
         # Sum over parameters of table[a_i, b_i] (and of its square) as one product: the rows of ``a``
         # one-hot over every parameter's values, times each table's columns at ``b``'s values.
         sizes = [len(t) for t in enc.tables]
@@ -64,7 +67,7 @@ class _Similarity:
         self.all_pairs = 0.5 * (self.total * self.total - squares)
 
     def _gather(self, i: int) -> np.ndarray:
-        return np.asarray(self.enc.tables[i][self.a[:, i][:, None], self.b[:, i][None, :]])
+        return np.take(self.enc.tables[i][:, self.b[:, i]], self.a[:, i], axis=0)  # rows of the small table
 
     def per(self, i: int) -> np.ndarray:
         """Similarity of every row of ``a`` with every row of ``b`` in parameter ``i`` alone."""
@@ -73,11 +76,16 @@ class _Similarity:
         return self._per[i]
 
     def covariance(self, main_var: float, loud: list[tuple[int, int]]) -> np.ndarray:
-        """The prior covariance with the ``loud`` pairs (of parameter indices) loud, the rest quiet."""
-        k = LEVEL_VAR + main_var * self.total + SPIKE_SD ** 2 * self.all_pairs
-        for i, j in loud:
-            k = k + (SLAB_SD ** 2 - SPIKE_SD ** 2) * self.per(i) * self.per(j)
-        return np.asarray(k)
+        """The prior covariance with the ``loud`` pairs (of parameter indices) loud, the rest quiet. Its
+        terms are kept (per per-setting variance, per loud pair): the posterior samples share them."""
+        if main_var not in self._quiet:
+            self._quiet[main_var] = LEVEL_VAR + main_var * self.total + SPIKE_SD ** 2 * self.all_pairs
+        k = self._quiet[main_var].copy()  # callers add to it in place
+        for pair in loud:
+            if pair not in self._loud:
+                self._loud[pair] = (SLAB_SD ** 2 - SPIKE_SD ** 2) * self.per(pair[0]) * self.per(pair[1])
+            k += self._loud[pair]
+        return k
 
 
 class SparsePairModel:
@@ -117,7 +125,7 @@ class SparsePairModel:
         yc, within = self.yc[pick], np.ix_(pick, pick)
         eye = np.eye(len(yc))
         doubted = np.diag(self.doubted[pick])
-        steps = [(SLAB_SD ** 2 - SPIKE_SD ** 2) * (sim.per(i) * sim.per(j))[within] for i, j in self.pairs]
+        steps = np.array([(SLAB_SD ** 2 - SPIKE_SD ** 2) * (sim.per(i) * sim.per(j))[within] for i, j in self.pairs])
         scales = [(m, n) for m in MAIN_VARS for n in NOISE_VARS]
         quiet = {m: sim.covariance(m, [])[within] for m in MAIN_VARS}  # every pair quiet, per per-setting variance
         main_var, noise_var = scales[len(scales) // 2]
@@ -129,13 +137,20 @@ class SparsePairModel:
         for sweep in range(int(sweeps)):
             base = quiet[main_var] + noise_var * eye + doubted
             current = log_likelihood(base + extra, yc)
-            for p in rng.permutation(len(self.pairs)):
-                flipped = extra - steps[p] if loud[p] else extra + steps[p]
-                other = log_likelihood(base + flipped, yc)
-                on, off = (current, other) if loud[p] else (other, current)
-                logit = min(max(on - off + prior_logit, -50.0), 50.0)
-                if (rng.random() < 1 / (1 + math.exp(-logit))) != loud[p]:
-                    loud[p], extra, current = not loud[p], flipped, other
+            order, start = rng.permutation(len(self.pairs)), 0
+            while start < len(order):  # the flips ahead, worked out together until one is taken
+                ahead = order[start:start + GIBBS_LOOKAHEAD]
+                flips = extra[None] + np.where(loud[ahead], -1.0, 1.0)[:, None, None] * steps[ahead]
+                others = log_likelihoods(base[None] + flips, yc)
+                start += len(ahead)
+                for at, p in enumerate(ahead):
+                    other = float(others[at])
+                    on, off = (current, other) if loud[p] else (other, current)
+                    logit = min(max(on - off + prior_logit, -50.0), 50.0)
+                    if (rng.random() < 1 / (1 + math.exp(-logit))) != loud[p]:
+                        loud[p], extra, current = not loud[p], flips[at], other
+                        start -= len(ahead) - at - 1  # the rest of ``ahead`` assumed the old state
+                        break
             lls = np.array([log_likelihood(quiet[m] + extra + n * eye + doubted, yc) for m, n in scales])
             odds = np.exp(lls - lls.max())
             main_var, noise_var = scales[int(rng.choice(len(scales), p=odds / odds.sum()))]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuner.encoding import Encoding
+from tuner.encoding import Encoding, log_likelihood, log_likelihoods, normal_cdf
 from tuner.pair_model import SparsePairModel
 from tuner.space import SearchSpace
 from tuner.space_loader import load_space
@@ -76,3 +76,19 @@ def test_one_low_reading_among_consistent_ones_is_doubted(
     low[5] += math.log(0.75)  # a noisy neighbour on one launch
     doubted = SparsePairModel(model.enc, x, low, np.random.default_rng(0)).doubted
     assert np.flatnonzero(doubted).tolist() == [5]
+
+
+def test_batched_likelihoods_and_the_cdf_answer_as_one_at_a_time() -> None:
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(6, 9, 9))
+    ks = a @ a.transpose(0, 2, 1) + 0.1 * np.eye(9)
+    yc = rng.normal(size=9)
+    one_at_a_time = [log_likelihood(k, yc) for k in ks]
+    assert log_likelihoods(ks, yc) == pytest.approx(one_at_a_time, rel=1e-12)
+    ks[2] = np.zeros((9, 9))  # singular: that one is -inf, the others as before
+    batched = log_likelihoods(ks, yc)
+    assert batched[2] == -math.inf
+    assert np.delete(batched, 2) == pytest.approx(np.delete(one_at_a_time, 2), rel=1e-12)
+    z = np.concatenate([np.linspace(-12.0, 12.0, 2001), [math.nan]])
+    exact = np.array([0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) for v in z])
+    assert np.array_equal(normal_cdf(z), exact, equal_nan=True)
