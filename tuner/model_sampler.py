@@ -164,10 +164,12 @@ class PairwiseModelSampler(WholeConfigSampler):
         self._listed: list[Params] | None = None
         self._listed_flags: Flags | None = None
         self._listed_epoch = -1
+        self._listed_index: dict[Any, int] = {}  # a listed configuration's key -> its index
         if space.cardinality() <= LISTED_CANDIDATES:
             self._listed = list(space.iter_configs())
             self._listed_rows = np.array([self.enc.encode(p) for p in self._listed])
             self._listed_keys = [config_key(p) for p in self._listed]
+            self._listed_index = {key: i for i, key in enumerate(self._listed_keys)}
 
     @property
     def slos(self) -> tuple[Slo, ...]:
@@ -213,7 +215,7 @@ class PairwiseModelSampler(WholeConfigSampler):
         self._note_slo_readings(trials)
         seen = {*measured, *map(config_key, failed), *map(config_key, running)}
         params, rows, keys, (blocked, weight) = self._candidates(measured)
-        keep = [i for i in np.flatnonzero(~blocked).tolist() if keys[i] not in seen]
+        keep = self._unseen(blocked, keys, seen)
         if not keep:
             return None
         if self.start is not None:  # one setting at a time from the first values, then the model
@@ -377,6 +379,15 @@ class PairwiseModelSampler(WholeConfigSampler):
         pool = [p for p in pool if not self.space.violates(p)]
         rows = np.array([self.enc.encode(p) for p in pool]).reshape(len(pool), len(self.enc.params))
         return pool, rows, [config_key(p) for p in pool], self._flags(pool)
+
+    def _unseen(self, blocked: np.ndarray, keys: list[Any], seen: set[Any]) -> list[int]:
+        """Indices of the candidates (keys ``keys``) neither blocked nor ``seen``, in order; a listed
+        space's seen ones are found by their index, not by hashing every candidate's key."""
+        free = ~blocked
+        if self._listed is None:
+            return [i for i in np.flatnonzero(free).tolist() if keys[i] not in seen]
+        free[[self._listed_index[k] for k in seen if k in self._listed_index]] = False
+        return list(np.flatnonzero(free).tolist())
 
     def _flags(self, configs: list[Params]) -> Flags:
         """(blocked, weight) of each configuration, one at a time."""

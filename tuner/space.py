@@ -9,6 +9,7 @@ base < parameters in file order.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Iterator
@@ -217,6 +218,10 @@ class SearchSpace:
 
     def cardinality(self) -> int | float:
         """Number of allowed configurations; ``math.inf`` for continuous or > ENUMERATION_CAP spaces."""
+        return self._cardinality
+
+    @functools.cached_property
+    def _cardinality(self) -> int | float:  # counted once: a space does not change
         if any(p.values() is None for p in self.params):
             return math.inf
         count = 0
