@@ -142,15 +142,16 @@ class SparsePairModel:
                 ahead = order[start:start + GIBBS_LOOKAHEAD]
                 flips = extra[None] + np.where(loud[ahead], -1.0, 1.0)[:, None, None] * steps[ahead]
                 others = log_likelihoods(base[None] + flips, yc)
-                start += len(ahead)
+                weighed = len(ahead)  # up to the first flip taken: the rest of ``ahead`` assumed the old state
                 for at, p in enumerate(ahead):
                     other = float(others[at])
                     on, off = (current, other) if loud[p] else (other, current)
                     logit = min(max(on - off + prior_logit, -50.0), 50.0)
                     if (rng.random() < 1 / (1 + math.exp(-logit))) != loud[p]:
                         loud[p], extra, current = not loud[p], flips[at], other
-                        start -= len(ahead) - at - 1  # the rest of ``ahead`` assumed the old state
+                        weighed = at + 1
                         break
+                start += weighed
             lls = np.array([log_likelihood(quiet[m] + extra + n * eye + doubted, yc) for m, n in scales])
             odds = np.exp(lls - lls.max())
             main_var, noise_var = scales[int(rng.choice(len(scales), p=odds / odds.sum()))]

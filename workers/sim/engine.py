@@ -151,10 +151,11 @@ class Scheduler:
                     self.on_step()
                 before = len(req.pieces)
                 req.add_tokens(self._draw_tokens(req, steps))
-                self.generated_tokens += len(req.pieces) - before
-                if len(req.pieces) > before:
+                added = len(req.pieces) - before
+                self.generated_tokens += added
+                if added:
                     req.verify_ct += steps
-                    self.spec_tokens += len(req.pieces) - before
+                    self.spec_tokens += added
                     self.spec_steps += steps
         finally:
             self.requests.discard(req)
