@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, defer, sessionmaker
 from core.errors import StoreError
 from core.redact import redact_argv, redact_env, redact_flags, scrub, secret_values
 from core.types import Config, RunStatus, TrialResult
-from db.location import BUSY_TIMEOUT_S, Database, check, database, url_for
+from db.location import BUSY_TIMEOUT_S, Database, check, commit_without_fsync, database, url_for
 from db.models import Base, LaunchClaim, LearnedRule, SweepRecord, TrialRun
 
 MAX_LOG_CHARS = 1_000_000
@@ -129,7 +129,7 @@ class Store:
         except (SQLAlchemyError, ImportError) as exc:
             raise StoreError(f"{self.db}: cannot open the database: {str(exc).splitlines()[0]}") from exc
         if self.db.is_sqlite and not read_only:
-            event.listen(self.engine, "connect", _pragmas)
+            event.listen(self.engine, "connect", commit_without_fsync)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._older: dict[type[Any], list[Any]] = {}  # per model: defer() of the columns the file lacks
         if not read_only:
@@ -377,7 +377,3 @@ def _ts(value: float) -> datetime | None:
     return datetime.fromtimestamp(value, UTC).replace(tzinfo=None) if value else None
 
 
-def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()

@@ -10,10 +10,11 @@ from typing import Any
 
 import optuna
 from optuna.samplers import BaseSampler
+from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core.errors import ConfigError, StudyError
-from db.location import BUSY_TIMEOUT_S, Database, database, url_for
+from db.location import BUSY_TIMEOUT_S, Database, commit_without_fsync, database, url_for
 from tuner.space import SearchSpace
 
 METRIC_NAMES = ["tok/s@C16"]
@@ -29,12 +30,17 @@ def rdb_storage(where: str | Path | Database, *, read_only: bool = False) -> opt
                                      else {"pool_pre_ping": True})
     for attempt in range(1, TABLE_RACE_ATTEMPTS + 1):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_compatibility_check=read_only,
-                                              skip_table_creation=read_only)
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                                 skip_compatibility_check=read_only, skip_table_creation=read_only)
         except (IntegrityError, OperationalError):
             if attempt == TABLE_RACE_ATTEMPTS or read_only:  # else another driver is creating them: again
                 raise
             time.sleep(0.2 * attempt)
+            continue
+        if db.is_sqlite and not read_only:  # about 30 commits a trial: none waits for an fsync
+            event.listen(storage.engine, "connect", commit_without_fsync)
+            storage.engine.dispose()  # the connection that created the tables had no such hook
+        return storage
     raise AssertionError("unreachable")
 
 
