@@ -47,6 +47,9 @@ Pair = tuple[str, Any]
 QUANTIZATION_ALIASES = {"nvfp4": ("modelopt_fp4", "nvfp4_online", "petit_nvfp4"),
                         "mxfp4": ("quark_mxfp4",), "fp8": ("modelopt_fp8", "w8a8_fp8")}
 CHECKPOINT_DESTS = ("model_path", "quantization")
+# How SGLang's messages spell an attention backend in words ("FlashAttention v3 Backend requires SM>=80
+# and SM<=90" is --attention-backend fa3): the phrase, and the value's word it stands for.
+BACKEND_PHRASES = ((re.compile(r"\bflash[ _-]?attention[ _-]?(?:v|version[ _-]?)?([34])\b", re.IGNORECASE), "fa{}"),)
 # The tool's own words about a failure's exit status ("exited with code 1", "(exit 137)") name no setting.
 EXIT_STATUS = re.compile(r"exited with code -?\d+|\(exit -?\d+\)")
 # A log line that compares or negates does not state plainly which values a setting needs.
@@ -119,8 +122,9 @@ def signature(kind: str, reason: str) -> str:
 
 
 def _tokens(text: str) -> set[str]:
-    return {t.lower() for t in re.findall(r"[A-Za-z0-9_./-]+", text)} | {
+    words = {t.lower() for t in re.findall(r"[A-Za-z0-9_./-]+", text)} | {
         t.lower() for t in re.findall(r"[A-Za-z0-9_]+", text)}
+    return words | {word.format(*m.groups()) for phrase, word in BACKEND_PHRASES for m in phrase.finditer(text)}
 
 
 class Learner:

@@ -170,6 +170,38 @@ def test_a_log_naming_another_checkpoint_format_puts_the_checkpoint_in_the_rule(
     assert not rule.matches({"quant_format": "nvfp4", "moe_runner_backend": "flashinfer_trtllm"})
 
 
+KV_CACHE = """
+name: kv
+engine: sglang
+gpus_per_trial: 4
+base: {model_path: /m, tp_size: 4}
+params:
+  attention_backend: {choices: [flashinfer, fa3, triton]}
+  kv_cache_dtype: {choices: [auto, fp8_e4m3, fp8_e5m2]}
+  cuda_graph_max_bs: {choices: [32, 64]}
+"""
+FA3_KV = ("server exited with code 1 during startup: AssertionError: FlashAttention v3 backend supports "
+          "kv_cache_dtype fp8_e4m3 or auto, got fp8_e5m2")
+
+
+def test_a_log_naming_the_backend_in_words_puts_the_backend_in_the_rule(write_yaml: Any) -> None:
+    # SGLang's words: "FlashAttention v3 Backend" is --attention-backend fa3
+    lr = Learner(load_space(write_yaml(KV_CACHE)))
+    runs = [ok(1, attention_backend="fa3", kv_cache_dtype="fp8_e4m3", cuda_graph_max_bs=32),
+            ok(2, attention_backend="triton", kv_cache_dtype="fp8_e5m2", cuda_graph_max_bs=32),
+            failed(3, "config_error", FA3_KV, attention_backend="fa3", kv_cache_dtype="fp8_e5m2", cuda_graph_max_bs=64)]
+    assert lr.named_pairs(runs[2]) == [("attention_backend", "fa3"), ("kv_cache_dtype", "fp8_e5m2")]
+    [rule] = lr.learn(runs)
+    assert rule.describe(lr.domains) == ("attention_backend=fa3 with kv_cache_dtype=fp8_e5m2 -> config_error, "
+                                         "from trial 3 (named by the log)")
+    assert rule.confirmed, "two settings the log names: stopped before a second launch"
+    assert not rule.matches({"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e5m2", "cuda_graph_max_bs": 64})
+    gate = ("server exited with code 1 during startup: AssertionError: FlashAttention v3 Backend requires SM>=80 "
+            "and SM<=90")
+    assert lr.named_pairs(failed(4, "unsupported", gate, attention_backend="fa3", kv_cache_dtype="auto",
+                                 cuda_graph_max_bs=32)) == [("attention_backend", "fa3")]
+
+
 def test_doubt_is_shared_among_explanations_and_grows_with_the_failures(write_yaml: Any) -> None:
     from tuner.failure_rules import SUSPECT_ODDS
     from tuner.rule_book import RuleBook
