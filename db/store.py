@@ -375,5 +375,3 @@ class Store:
 
 def _ts(value: float) -> datetime | None:
     return datetime.fromtimestamp(value, UTC).replace(tzinfo=None) if value else None
-
-
