@@ -39,7 +39,7 @@ from typing import Any
 from tuner.space import SearchSpace
 
 MAX_RULE_SIZE = 3
-SUSPECT_ODDS = 0.25  # the weight on a proposal that a suspected rule of one failure covers (see tuner.rule_book)
+SUSPECT_ODDS = 0.25  # weight on a proposal a suspected rule of one failure covers, the rest kept (tuner.rule_book)
 CONFIRMING_FAILURES = 3  # this many different failing configurations confirm a rule whatever else they differ in
 Pair = tuple[str, Any]
 # How SGLang's messages name a checkpoint's format (its --quantization names), by the word a model

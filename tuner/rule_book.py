@@ -14,6 +14,10 @@ from tuner.encoding import Encoding
 from tuner.failure_rules import SUSPECT_ODDS, Learner, Observation, Rule
 from tuner.space import SearchSpace
 
+# A failure explained by contrast with the successes (the fewest settings no success had) is caused by
+# those settings alone with this chance, else by them with one more of the failing configuration's.
+CAUSE_ALONE = 0.5
+
 
 class RuleBook:
     """The rules of one running sweep: derived again from its runs after each launch."""
@@ -22,16 +26,21 @@ class RuleBook:
         self.learner = Learner(space)
         self.domains = self.learner.domains
         self.rules: list[Rule] = []
+        self.failed: dict[int, dict[str, Any]] = {}  # a failed launch's trial number -> its settings
         self.epoch = 0  # changes whenever the rules do
 
     def refresh(self, runs: Iterable[Any]) -> list[Rule]:
         """Derive the rules from the sweep's launched runs (``RunRow``-like); returns the new ones."""
-        observations = [Observation(r.trial_number, dict(r.params), None if r.tok_s is not None else r.failure_kind,
-                                    r.failure_reason)
-                        for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)
-                        and r.failure_kind != FailureKind.SLO_MISSED]  # a latency, not a failure of settings
+        return self.learn([Observation(r.trial_number, dict(r.params), None if r.tok_s is not None else r.failure_kind,
+                                       r.failure_reason)
+                           for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)
+                           and r.failure_kind != FailureKind.SLO_MISSED])  # a latency, not a failure of settings
+
+    def learn(self, observations: Sequence[Observation]) -> list[Rule]:
+        """Derive the rules from these launches (all of the sweep's); returns the new confirmed ones."""
         before = {(r.params, r.kind) for r in self.rules}
         rules = self.learner.learn(observations)
+        self.failed = {o.trial_number: o.params for o in observations if not o.ok}
         if rules != self.rules:
             self.rules, self.epoch = rules, self.epoch + 1
         return [r for r in self.rules if (r.params, r.kind) not in before and r.confirmed]
@@ -48,11 +57,18 @@ class RuleBook:
         """How much the suspected rules doubt ``params`` will run (1.0: not at all); the sampler weighs
         its proposals by this. The suspected rules of one signature from the same failures are
         alternative explanations, one of them the cause: a configuration that matches k of m of them
-        fails with chance k/m times the confidence in the failure's cause, 1 - ``SUSPECT_ODDS`` ** (the
-        failures that support it). So two crashes at ``ncds=1`` weigh it down more than one, and one
-        failure that three different pairs could explain does not weigh a candidate matching two of
-        them down as if each were certain."""
-        return float(_weight([(n, [np.array(r.matches(params)) for r in group]) for n, group in self._suspects()]))
+        fails with chance k/m times each one's :func:`_doubt`. So two crashes at ``ncds=1`` weigh it
+        down more than one; one failure that three different pairs could explain does not weigh a
+        candidate matching two of them down as if each were certain; and a candidate that changed
+        most of the rest of the failing configuration is doubted less than one that kept it."""
+        return float(_weight([[self._doubt_of(rule, params) for rule in group] for group in self._suspects()]))
+
+    def _doubt_of(self, rule: Rule, params: dict[str, Any]) -> np.ndarray:
+        """:func:`_doubt` of ``rule`` for one configuration."""
+        support = [self.failed[t] for t in rule.trials if t in self.failed]
+        same = [f for f in support if all(f.get(n) == params.get(n) for n, _ in rule.params)]
+        kept = sum(_kept_share(f, params, rule) for f in same) / len(same) if same else 1.0
+        return _doubt(rule, np.array(rule.matches(params)), np.array(len(same) or len(rule.trials)), np.array(kept))
 
     def judge(self, enc: Encoding, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each encoded configuration (``enc.encode`` rows): is it covered by a confirmed rule
@@ -61,28 +77,64 @@ class RuleBook:
         for rule in self.rules:
             if rule.confirmed:
                 blocked |= _matching_rows(rule, enc, rows)
-        groups = [(n, [_matching_rows(r, enc, rows) for r in group]) for n, group in self._suspects()]
-        return blocked, np.broadcast_to(_weight(groups), (len(rows),)).astype(float)
+        doubts = [[self._row_doubt(rule, enc, rows) for rule in group] for group in self._suspects()]
+        return blocked, np.broadcast_to(_weight(doubts), (len(rows),)).astype(float)
 
-    def _suspects(self) -> list[tuple[int, list[Rule]]]:
-        """The suspected rules grouped by failure signature and supporting trials, with the number of
-        failures behind each group."""
+    def _row_doubt(self, rule: Rule, enc: Encoding, rows: np.ndarray) -> np.ndarray:
+        """:func:`_doubt` of ``rule`` for each encoded row."""
+        matched = _matching_rows(rule, enc, rows)
+        failures, kept = np.zeros(len(rows)), np.zeros(len(rows))
+        own = [enc.column[n] for n, _ in rule.params if n in enc.column]
+        for trial in rule.trials:
+            if trial not in self.failed:
+                continue
+            failed = enc.encode(self.failed[trial])
+            same = np.all(rows[:, own] == failed[own], axis=1)
+            rest = [enc.column[n] for n in self.failed[trial] if n in enc.column and enc.column[n] not in own]
+            share = np.mean(rows[:, rest] == failed[rest], axis=1) if rest else np.ones(len(rows))
+            failures += same
+            kept += same * share
+        alone = failures == 0
+        return _doubt(rule, matched, np.where(alone, len(rule.trials), failures),
+                      np.where(alone, 1.0, kept / np.maximum(failures, 1)))
+
+    def _suspects(self) -> list[list[Rule]]:
+        """The suspected rules grouped by failure signature and supporting trials: alternative
+        explanations of the same failures."""
         groups: dict[tuple[str, tuple[int, ...]], list[Rule]] = {}
         for rule in self.rules:
             if not rule.confirmed:
                 groups.setdefault((rule.signature, rule.trials), []).append(rule)
-        return [(len(trials), rules) for (_, trials), rules in groups.items()]
+        return list(groups.values())
 
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         """(text, JSON form) of every rule, for the store."""
         return [(r.describe(self.domains), r.as_dict()) for r in self.rules]
 
 
-def _weight(groups: Sequence[tuple[int, list[np.ndarray]]]) -> np.ndarray:
-    """:meth:`RuleBook.feasibility` from each group's failure count and its rules' match masks."""
+def _doubt(rule: Rule, matched: np.ndarray, failures: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The chance that a candidate fails as ``rule``'s failures did, where it ``matched`` the rule: the
+    confidence in the cause, 1 - ``SUSPECT_ODDS`` ** (the failures at the candidate's values of the
+    rule's settings), times, for a rule found by contrast, the chance that the cause is the rule's
+    settings alone (:data:`CAUSE_ALONE`) or with one more of the failing configuration's settings
+    that the candidate ``kept`` (its share of them): a crash at FP8 KV on flashinfer doubts FP8 KV
+    on fa3 less than on flashinfer."""
+    cause = 1.0 if rule.named else CAUSE_ALONE + (1 - CAUSE_ALONE) * kept
+    return np.asarray(matched * (1 - SUSPECT_ODDS ** failures) * cause)
+
+
+def _kept_share(failed: dict[str, Any], params: dict[str, Any], rule: Rule) -> float:
+    """The share of ``failed``'s settings outside ``rule`` that ``params`` has too."""
+    own = {n for n, _ in rule.params}
+    rest = [n for n in failed if n not in own]
+    return sum(params.get(n) == failed[n] for n in rest) / len(rest) if rest else 1.0
+
+
+def _weight(groups: Sequence[list[np.ndarray]]) -> np.ndarray:
+    """:meth:`RuleBook.feasibility` from each group's per-rule doubts."""
     weight: np.ndarray = np.array(1.0)
-    for failures, matched in groups:
-        weight = weight * (1 - np.sum(matched, axis=0) / len(matched) * (1 - SUSPECT_ODDS ** failures))
+    for doubts in groups:
+        weight = weight * (1 - np.sum(doubts, axis=0) / len(doubts))
     return weight
 
 
