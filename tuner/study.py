@@ -20,6 +20,7 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
+from threadpoolctl import threadpool_limits
 
 from core.errors import ClusterError
 from core.redact import scrub, secret_values
@@ -61,6 +62,10 @@ from workers.node import NodeInfo
 MAX_CONSECUTIVE_REPEATS = 100
 MAX_CONSECUTIVE_INFRA_FAILURES = 4  # per group: then the nodes, not the configurations, are broken
 WAIT_S = 0.5  # how long one wait for results blocks before the live view is refreshed
+# The driver's linear algebra (the model's matrices: at most a few hundred rows) runs on one thread. A
+# second BLAS thread bought nothing on 2 cores and, beside a benchmark client or another sweep, fought
+# them: two offline sweeps at once took 16.7 s with two threads each, 12.7 s with one (same proposals).
+DRIVER_BLAS_THREADS = 1
 
 
 LauncherFactory = Callable[[SearchSpace, SweepOptions], Launcher]
@@ -92,29 +97,34 @@ class Sweep:
         check_database(database(self.opts.db_path), writing=True)  # and an unusable database
         watchdog = start_watchdog()
         try:
-            node, slots = launcher.start()
-            check_flags(space, node.table)
-            arch = space.file.gpu or (node.gpu.arch if node.gpu else None)
-            ctx = self._context(apply_hardware(space, arch, node.sglang_version), launcher, node, slots, arch)
-            try:
-                with ctx.view:
-                    self._announce(ctx)
-                    recover(ctx, self.store)
-                    self._loop(ctx, Quota(self.opts.budget))
-                    if self.opts.confirm:
-                        confirm_leaders(ctx, self.store, self._loop, self.opts.budget, self.opts.confirm)
-                    if self.opts.front_at:
-                        measure_front(ctx, self.store, self._loop, self.opts.budget, self.opts.front_at)
-                    if self.opts.profile_best:
-                        profile_best(ctx, self.store, self._loop, self.opts.budget)
-            finally:
-                ctx.coord.leave()
-            return ctx.sweep
+            with threadpool_limits(limits=DRIVER_BLAS_THREADS, user_api="blas"):
+                return self._drive(space, launcher)
         finally:
             launcher.close()
             if hasattr(self, "store"):
                 self.store.close()
             stop_watchdog(watchdog)
+
+    def _drive(self, space: SearchSpace, launcher: Launcher) -> SweepRow:
+        """Start the launcher's slots, then run the loop (and the follow-ups asked for) to the budget."""
+        node, slots = launcher.start()
+        check_flags(space, node.table)
+        arch = space.file.gpu or (node.gpu.arch if node.gpu else None)
+        ctx = self._context(apply_hardware(space, arch, node.sglang_version), launcher, node, slots, arch)
+        try:
+            with ctx.view:
+                self._announce(ctx)
+                recover(ctx, self.store)
+                self._loop(ctx, Quota(self.opts.budget))
+                if self.opts.confirm:
+                    confirm_leaders(ctx, self.store, self._loop, self.opts.budget, self.opts.confirm)
+                if self.opts.front_at:
+                    measure_front(ctx, self.store, self._loop, self.opts.budget, self.opts.front_at)
+                if self.opts.profile_best:
+                    profile_best(ctx, self.store, self._loop, self.opts.budget)
+        finally:
+            ctx.coord.leave()
+        return ctx.sweep
 
     def _context(self, space: SearchSpace, launcher: Launcher, node: NodeInfo, slots: list[Slot],
                  arch: str | None) -> Context:

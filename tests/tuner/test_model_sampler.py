@@ -181,3 +181,31 @@ def test_exploring_every_fifth_proposal_measures_pairs_no_launch_had_together() 
     assert doubted != fifth, "not where a learned rule doubts it will run"
     assert proposal(4 * 5) == proposal(4 * 5, explore_every=0), "the trial after it is the model's again"
     assert proposal(4 * 5 - 1, budget=24) == proposal(4 * 5 - 1, explore_every=0), "the last quarter refines"
+
+
+def test_the_sweep_runs_the_models_linear_algebra_on_one_thread(tmp_path: Path, monkeypatch: Any) -> None:
+    """Two BLAS threads beside the benchmark client or another sweep only fight them (tuner.study)."""
+    import io
+
+    from rich.console import Console
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from tuner.live import SweepView
+    from tuner.study import Sweep
+    from tuner.sweep_state import SweepOptions
+
+    seen: list[int] = []
+    propose = PairwiseModelSampler.propose
+
+    def spying(self: PairwiseModelSampler, *args: Any) -> Any:
+        seen.extend(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+        return propose(self, *args)
+
+    monkeypatch.setattr(PairwiseModelSampler, "propose", spying)
+    space = Path(__file__).resolve().parents[2] / "search_spaces" / "demo-sim.yaml"
+    opts = SweepOptions(space_path=str(space), db_path=str(tmp_path / "t.db"), budget=6, seed=0, offline=True)
+    with threadpool_limits(limits=2, user_api="blas"):  # what a 2-core machine gives numpy by default
+        Sweep(opts, lambda n, b, s: SweepView(Console(file=io.StringIO()), n, b, s)).run()
+        after = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert seen and set(seen) == {1}
+    assert set(after) == {2}  # given back when the sweep ends
