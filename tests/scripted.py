@@ -33,6 +33,7 @@ class ScriptedLauncher:
 
     def __init__(self, engine: EngineSpec, script: Script) -> None:
         self.engine = engine
+        self.starts_processes = False
         self.script = script
         self.launches: dict[str, int] = {}
         self.done: list[Finished] = []

@@ -11,7 +11,6 @@ import numpy as np
 from tuner.space import Param, SearchSpace
 
 ERF_IS_ONE = 6.0  # math.erf(x) is exactly 1.0 from here on (and -1.0 below -6)
-_erf = np.frompyfunc(math.erf, 1, 1)
 ORDINAL_DECAY = 0.5  # similarity of neighbouring values of an ordered parameter
 Params = dict[str, Any]
 
@@ -24,6 +23,12 @@ class Encoding:
         self.values: list[list[Any]] = [p.values() or [] for p in self.params]
         self.tables = [self._table(p, vals) for p, vals in zip(self.params, self.values, strict=True)]
         self.column = {p.name: i for i, p in enumerate(self.params)}  # a parameter's column in a row
+        self._codes: list[dict[Any, int]] = []  # per column: value -> its code (the first of equal values)
+        for vals in self.values:
+            codes: dict[Any, int] = {}
+            for at, value in enumerate(vals, start=1):
+                codes.setdefault(value, at)
+            self._codes.append(codes)
 
     @staticmethod
     def _table(param: Param, values: list[Any]) -> np.ndarray:
@@ -40,16 +45,12 @@ class Encoding:
 
     def encode(self, params: Params) -> np.ndarray:
         """The row of one configuration (values off the grid count as inactive)."""
-        row = np.zeros(len(self.params), dtype=np.int32)
-        for i, p in enumerate(self.params):
-            if p.name in params:
-                row[i] = self.code(i, params[p.name])
-        return row
+        return np.array([self.code(i, params[p.name]) if p.name in params else 0
+                         for i, p in enumerate(self.params)], dtype=np.int32)
 
     def code(self, column: int, value: Any) -> int:
         """The integer a row holds in ``column`` for ``value`` (0: off the grid, as if inactive)."""
-        values = self.values[column]
-        return values.index(value) + 1 if value in values else 0
+        return self._codes[column].get(value, 0)
 
     def settings_apart(self, rows: np.ndarray, row: np.ndarray) -> np.ndarray:
         """For each of ``rows``, how many settings differ from ``row``: a conditional parameter counts
@@ -111,7 +112,8 @@ def normal_cdf(z: np.ndarray) -> np.ndarray:
     x = np.asarray(z / math.sqrt(2.0), dtype=float)
     erf = np.sign(x)
     between = np.abs(x) < ERF_IS_ONE
-    erf[between] = _erf(x[between]).astype(float)
+    inside = x[between]
+    erf[between] = np.fromiter(map(math.erf, inside.tolist()), dtype=float, count=len(inside))
     return np.asarray(0.5 * (1.0 + erf))
 
 

@@ -53,7 +53,6 @@ SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model
 SURPRISE_NEAR_BEST = 0.97  # ... of a configuration expected within 3% of the best is measured again
 FEASIBILITY_NOISE = 0.1  # probit link of the feasibility GP
 FEASIBILITY_BATCH = 512  # candidates whose chance to run is worked out at a time, best first
-LISTED_CANDIDATES = 60_000  # list the whole space up to this size; else a random pool
 POOL = 4000
 INIT_DESIGN = 6
 # Share of the prior variance on the per-setting (vs pairwise) term. Fixed, not fitted: the launches of
@@ -165,8 +164,9 @@ class PairwiseModelSampler(WholeConfigSampler):
         self._listed_flags: Flags | None = None
         self._listed_epoch = -1
         self._listed_index: dict[Any, int] = {}  # a listed configuration's key -> its index
-        if space.cardinality() <= LISTED_CANDIDATES:
-            self._listed = list(space.iter_configs())
+        listing = space.listing()  # the whole space up to LISTING_KEPT configurations; else a random pool
+        if listing is not None:
+            self._listed = [dict(p) for p in listing]  # its own: proposals are handed out as they are
             self._listed_rows = np.array([self.enc.encode(p) for p in self._listed])
             self._listed_keys = [config_key(p) for p in self._listed]
             self._listed_index = {key: i for i, key in enumerate(self._listed_keys)}

@@ -26,6 +26,7 @@ from core.types import BenchConfig, Config, EngineKind, EngineSpec, GateConfig, 
 from tuner.space_file import SpaceFile
 
 ENUMERATION_CAP = 1_000_000
+LISTING_KEPT = 60_000  # a space of up to this many configurations keeps their listing (the model's candidates)
 
 
 class ForbiddenConfig(ConfigError):
@@ -218,18 +219,26 @@ class SearchSpace:
 
     def cardinality(self) -> int | float:
         """Number of allowed configurations; ``math.inf`` for continuous or > ENUMERATION_CAP spaces."""
-        return self._cardinality
+        return self._counted[0]
+
+    def listing(self) -> tuple[dict[str, Any], ...] | None:
+        """Every allowed configuration (not to be modified), for a space of at most LISTING_KEPT; else None."""
+        return self._counted[1]
 
     @functools.cached_property
-    def _cardinality(self) -> int | float:  # counted once: a space does not change
+    def _counted(self) -> tuple[int | float, tuple[dict[str, Any], ...] | None]:
+        # listed once, as it is counted: a space does not change
         if any(p.values() is None for p in self.params):
-            return math.inf
+            return math.inf, None
+        kept: list[dict[str, Any]] = []
         count = 0
-        for _ in self.iter_configs():
+        for params in self.iter_configs():
             count += 1
             if count > ENUMERATION_CAP:
-                return math.inf
-        return count
+                return math.inf, None
+            if count <= LISTING_KEPT:
+                kept.append(params)
+        return count, tuple(kept) if count <= LISTING_KEPT else None
 
     # ---- runtime settings -----------------------------------------------------------------
     def engine(self, python_override: str | None = None) -> EngineSpec:

@@ -95,7 +95,7 @@ class Sweep:
                                "--slo" if self.opts.slo else f"{self.opts.space_path}: slo")
         launcher = self.launcher_factory(space, self.opts)  # so does a bad scenario
         check_database(database(self.opts.db_path), writing=True)  # and an unusable database
-        watchdog = start_watchdog()
+        watchdog = start_watchdog() if launcher.starts_processes else None
         try:
             with threadpool_limits(limits=DRIVER_BLAS_THREADS, user_api="blas"):
                 return self._drive(space, launcher)
@@ -103,7 +103,8 @@ class Sweep:
             launcher.close()
             if hasattr(self, "store"):
                 self.store.close()
-            stop_watchdog(watchdog)
+            if watchdog is not None:
+                stop_watchdog(watchdog)
 
     def _drive(self, space: SearchSpace, launcher: Launcher) -> SweepRow:
         """Start the launcher's slots, then run the loop (and the follow-ups asked for) to the budget."""

@@ -44,6 +44,8 @@ class Launcher(Protocol):
     """Runs trials on slots; see the module docstring for the contract."""
 
     engine: EngineSpec
+    # whether trials start processes (Ray, servers) that a watchdog must clean up if the driver is killed
+    starts_processes: bool
 
     def start(self) -> tuple[NodeInfo, list[Slot]]:
         """Bring the slots up (ClusterError if none can be); the node the trials run on, and the slots."""

@@ -46,6 +46,7 @@ class OfflineLauncher:
         if engine.kind != EngineKind.SIM or not engine.scenario:
             raise ConfigError("--offline: the space must use the simulated engine (engine: sim, scenario: FILE)")
         self.engine = engine
+        self.starts_processes = False  # the scenario's model answers in this process
         self.model = OfflineModel(engine.scenario)
         total = gpus if gpus is not None else self.model.scenario.gpu.count
         count = total // gpus_per_trial

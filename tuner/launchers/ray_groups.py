@@ -30,6 +30,7 @@ class RayLauncher:
     def __init__(self, engine: EngineSpec, gpus_per_trial: int, *, address: str | None = None,
                  gpus: int | None = None, max_groups: int | None = None) -> None:
         self.engine = engine
+        self.starts_processes = True
         if engine.kind == EngineKind.SIM and engine.scenario:  # checked before Ray starts; its GPUs are the fake ones
             from workers.sim.scenario import load_scenario
 
