@@ -141,6 +141,18 @@ def test_cardinality_counts_conditionals_and_forbid(write_yaml) -> None:  # type
     assert len(list(space.iter_configs())) == space.cardinality()
 
 
+def test_a_small_space_keeps_its_listing_and_a_large_one_only_its_count(write_yaml, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import tuner.space
+
+    space = load_space(write_yaml(GOOD), TABLE)
+    assert space.listing() == tuple(space.iter_configs())
+    monkeypatch.setattr(tuner.space, "LISTING_KEPT", space.cardinality() - 1)
+    large = load_space(write_yaml(GOOD), TABLE)
+    assert large.listing() is None and large.cardinality() == space.cardinality()
+    continuous = load_space(write_yaml("name: t\nparams:\n  mem_fraction_static: {float: [0.7, 0.9]}\n"), TABLE)
+    assert continuous.listing() is None
+
+
 def test_continuous_space_is_infinite(write_yaml) -> None:  # type: ignore[no-untyped-def]
     space = load_space(write_yaml("name: t\nparams:\n  mem_fraction_static: {float: [0.7, 0.9]}\n"), TABLE)
     assert math.isinf(space.cardinality())
