@@ -4,6 +4,7 @@ expects of a configuration near the best."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import random
 from pathlib import Path
@@ -11,11 +12,16 @@ from typing import Any
 
 import numpy as np
 import optuna
+from rich.console import Console
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from tests.conftest import FIXTURES
 from tuner.encoding import Encoding
+from tuner.live import SweepView
 from tuner.model_sampler import PairwiseModelSampler
 from tuner.space_loader import load_space
+from tuner.study import Sweep
+from tuner.sweep_state import SweepOptions
 from workers.sim.offline import OfflineModel
 
 SPACE = load_space(FIXTURES / "e2e-space.yaml")
@@ -185,15 +191,6 @@ def test_exploring_every_fifth_proposal_measures_pairs_no_launch_had_together() 
 
 def test_the_sweep_runs_the_models_linear_algebra_on_one_thread(tmp_path: Path, monkeypatch: Any) -> None:
     """Two BLAS threads beside the benchmark client or another sweep only fight them (tuner.study)."""
-    import io
-
-    from rich.console import Console
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    from tuner.live import SweepView
-    from tuner.study import Sweep
-    from tuner.sweep_state import SweepOptions
-
     seen: list[int] = []
     propose = PairwiseModelSampler.propose
 
