@@ -22,9 +22,13 @@ JUST_ASKED_S = 60  # a RUNNING trial of no known driver this young may be anothe
 def recover(ctx: Context, store: Store) -> None:
     """Fail and re-queue the trials a dead driver left RUNNING (those of live drivers run on)."""
     study = ctx.study
+    # The trials before the drivers: a driver registers before it asks, so the owner of every trial
+    # read here is in the live set read after it (read the other way round, a driver that registered
+    # and asked in between would look dead).
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     live = ctx.coord.forget_the_dead()  # this driver included: its trials run on
     others = len(live) > 1
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    for t in running:
         owner = t.system_attrs.get(DRIVER_ATTR)
         just_asked = t.datetime_start is not None and (
             datetime.now() - t.datetime_start).total_seconds() < JUST_ASKED_S

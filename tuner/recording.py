@@ -15,6 +15,7 @@ from pathlib import Path
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from core.errors import StoreError
@@ -63,8 +64,7 @@ class Recorder:
         """Record a launched trial and tell Optuna."""
         run = self.store.record(self.sweep.id, result, config, status=status_of(result), baseline=baseline,
                                 repeat_of=repeat_of, remeasure=remeasure)
-        self._attach(trial, run, self.store.server_log(self.sweep.id, run.trial_number))
-        self._tell(study, trial, run)
+        self._to_optuna(study, trial, run, self.store.server_log(self.sweep.id, run.trial_number))
         return run
 
     def answer_from_store(self, study: optuna.Study, trial: optuna.Trial, config: Config,
@@ -79,8 +79,7 @@ class Recorder:
                              failure_reason=prior.failure_reason)
         self.store.record(self.sweep.id, result, config, status=RunStatus.CACHED, cached_from=prior.trial_number)
         run = self.store.record_cached_metrics(self.sweep.id, trial.number, prior)
-        self._attach(trial, run, "")
-        self._tell(study, trial, run)
+        self._to_optuna(study, trial, run, "")
         return run
 
     def avoid(self, study: optuna.Study, trial: optuna.Trial, config: Config, reason: str,
@@ -92,9 +91,17 @@ class Recorder:
                              sglang_version=self.sweep.sglang_version, node="", gpu_ids=(), started_at=now,
                              finished_at=now, failure_kind=kind, failure_reason=reason)
         run = self.store.record(self.sweep.id, result, config, status=RunStatus.AVOIDED)
-        self._attach(trial, run, "")
-        self._tell(study, trial, run)
+        self._to_optuna(study, trial, run, "")
         return run
+
+    def _to_optuna(self, study: optuna.Study, trial: optuna.Trial, run: RunRow, log: str) -> None:
+        """Attributes, artifacts, then ``tell``; none of them when another driver, taking this one for
+        dead, closed the trial already (its run stays in the store, which is what ``show`` reads)."""
+        try:
+            self._attach(trial, run, log)
+            self._tell(study, trial, run)
+        except UpdateFinishedTrialError:
+            pass
 
     def _attach(self, trial: optuna.Trial, run: RunRow, log: str) -> None:
         attrs: dict[str, object] = {"status": run.status, "config_key": run.config_key, "node": run.node,
@@ -147,11 +154,11 @@ class Recorder:
         elif run.status in (RunStatus.INFEASIBLE, RunStatus.CACHED, RunStatus.AVOIDED):
             violation = 1.0
         else:
-            study.tell(trial, state=TrialState.FAIL)
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             return
         trial.set_constraint("failed", violation)
         study._storage.set_trial_system_attr(trial._trial_id, "constraints", [violation])
         value = INFEASIBLE_VALUE
         if violation == 0.0 and run.tok_s is not None:
             value = per_objective(run.tok_s, run.flags, self.sweep.objective)
-        study.tell(trial, value)
+        study.tell(trial, value, skip_if_finished=True)
