@@ -16,6 +16,9 @@ from sqlalchemy import create_engine, text
 
 from db.location import database
 from tests.conftest import SPACES
+from tuner.space_loader import load_space
+from tuner.study_db import open_study
+from workers.sim.offline import OfflineModel
 
 CLI = [sys.executable, "-m", "tuner.cli"]
 
@@ -39,8 +42,24 @@ def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("fresh_postgres_db"))
 
 
+def _queue_one_configuration_twice(db: str, study: str) -> None:
+    """Two queued copies of a configuration that runs: whichever drivers pop them, one is launched and
+    the other answered from its measurement, however the two processes are scheduled."""
+    space = load_space(SPACE)
+    assert space.file.scenario
+    model = OfflineModel(Path(SPACE).parent / space.file.scenario)
+    listing = space.listing()
+    assert listing is not None
+    out = space.file.benchmark.output_len
+    runs = next(p for p in listing if model.verdict(space.from_params(p), 16, out).tok_s is not None)
+    queued = open_study(db, study)
+    for _ in range(2):
+        queued.enqueue_trial(runs)
+
+
 def test_two_drivers_on_one_study_split_the_budget(tmp_path: Path, shared_db: str) -> None:
     db = shared_db
+    _queue_one_configuration_twice(db, "shared")
     args = ["sweep", "--offline", "--space", SPACE, "--budget", "24", "--db", db, "--study", "shared"]
     drivers = [subprocess.Popen([*CLI, *args, "--seed", str(seed)], cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
@@ -60,7 +79,7 @@ def test_two_drivers_on_one_study_split_the_budget(tmp_path: Path, shared_db: st
     assert max(first_launches.values()) == 1, "no configuration launched twice"
     assert len({owners[r[5]] for r in launched}) == 2, "both drivers launched"
     assert states <= {"COMPLETE", "FAIL"} and left == (0, 0)
-    assert answered, "each driver answered some proposals from the other's measurements"
+    assert answered, "the second copy of the queued configuration was answered from the first's measurement"
     for argv, gpu_ids, node, cached_from in answered:  # not launched: no command line or GPUs of its own
         assert (json.loads(argv) if isinstance(argv, str) else argv) == [] and node == "" and cached_from is not None
         assert (json.loads(gpu_ids) if isinstance(gpu_ids, str) else gpu_ids) == []
