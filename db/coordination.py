@@ -120,7 +120,10 @@ class Coordination:
         if (now - self._beaten).total_seconds() < BEAT_EVERY_S:
             return False
         with self._session() as s:
-            s.execute(update(DriverRecord).where(DriverRecord.id == str(self.me)).values(heartbeat_at=now))
+            beaten = cast(CursorResult[Any], s.execute(
+                update(DriverRecord).where(DriverRecord.id == str(self.me)).values(heartbeat_at=now))).rowcount
+        if not beaten:  # taken for dead while it stalled (its row removed): announce it again
+            self.register()
         self._beaten = now
         return True
 
@@ -132,27 +135,33 @@ class Coordination:
 
     def alive(self) -> set[str]:
         """The drivers of this sweep that are alive (this one included)."""
-        cutoff = _now() - timedelta(seconds=STALE_S)
         with self._session() as s:
-            rows = s.execute(select(DriverRecord.id, DriverRecord.heartbeat_at)
-                             .where(DriverRecord.sweep_id == self.sweep_id)).all()
-        return {d for d, beat in rows
-                if d == str(self.me) or (beat >= cutoff and not DriverId.parse(d).gone())}
+            return self._live(self._rows(s))
 
     def forget_the_dead(self) -> set[str]:
-        """Remove dead drivers and their claims; returns the live ones."""
-        live = self.alive()
+        """Remove dead drivers and their claims; returns the live ones. One session, and the claims read
+        before the drivers: a driver registers before it claims, so whoever registers meanwhile is either
+        unseen (its row and claims untouched) or seen alive, never taken for dead."""
         with self._session() as s:
-            dead = [d for d in s.scalars(select(DriverRecord.id).where(DriverRecord.sweep_id == self.sweep_id))
-                    if d not in live]
-            orphans = [c for c in s.scalars(select(LaunchClaim.driver).where(LaunchClaim.sweep_id == self.sweep_id))
-                       if c not in live]
-            gone = set(dead) | set(orphans)
+            claimants = set(s.scalars(select(LaunchClaim.driver).where(LaunchClaim.sweep_id == self.sweep_id)))
+            rows = self._rows(s)
+            live = self._live(rows)
+            dead = {d for d, _beat in rows if d not in live}
+            gone = dead | (claimants - live)
             if gone:
                 s.execute(delete(LaunchClaim).where(LaunchClaim.sweep_id == self.sweep_id,
                                                     LaunchClaim.driver.in_(gone)))
                 s.execute(delete(DriverRecord).where(DriverRecord.id.in_(dead)))
         return live
+
+    def _rows(self, s: Session) -> list[tuple[str, datetime]]:
+        rows = s.execute(select(DriverRecord.id, DriverRecord.heartbeat_at)
+                         .where(DriverRecord.sweep_id == self.sweep_id)).all()
+        return [(d, beat) for d, beat in rows]
+
+    def _live(self, rows: list[tuple[str, datetime]]) -> set[str]:
+        cutoff = _now() - timedelta(seconds=STALE_S)
+        return {d for d, beat in rows if d == str(self.me) or (beat >= cutoff and not DriverId.parse(d).gone())}
 
     def claim(self, config_key: str, trial_number: int, *, counted: bool, budget: int, first: bool = True) -> Claim:
         """Claim the launch of a configuration (see module docstring); ``first``: a first measurement

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
 
 from core.types import Config, FailureKind, RunStatus, TrialResult
-from db.coordination import Claim, Coordination
+from db.coordination import Claim, Coordination, DriverId
 from db.store import Store
 
 _OTHER_DRIVER = """
@@ -82,3 +86,39 @@ def test_a_queued_trial_popped_by_two_drivers_is_owned_by_one(tmp_path: Path) ->
     assert first.own_trial(trial._trial_id, "driver")
     assert not second.own_trial(trial._trial_id, "driver"), "the second driver leaves it to the first"
     assert study.trials[0].system_attrs["driver"] == str(first.me)
+
+
+def test_a_driver_that_registers_and_claims_while_the_dead_are_sought_is_not_taken_for_dead(tmp_path: Path) -> None:
+    store, sweep = _store(tmp_path)
+    me = Coordination(store.engine, sweep, "t.db")
+    me.register()
+    other = Coordination(store.engine, sweep, "t.db")
+    other.me = DriverId("another-host", 7, 0)  # alive while its heartbeat is fresh
+    started: list[bool] = []
+
+    def the_other_starts_once_the_drivers_are_read(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not started and statement.lstrip().startswith("SELECT") and "FROM tuner_drivers" in statement:
+            started.append(True)
+            other.register()
+            assert other.claim("being-launched", 5, counted=True, budget=10) is Claim.CLAIMED
+
+    event.listen(store.engine, "after_cursor_execute", the_other_starts_once_the_drivers_are_read)
+    try:
+        me.forget_the_dead()
+    finally:
+        event.remove(store.engine, "after_cursor_execute", the_other_starts_once_the_drivers_are_read)
+    assert started and me.alive() == {str(me.me), str(other.me)}, "the newcomer's row stays"
+    assert me.claimed("being-launched"), "and so does its claim"
+
+
+def test_a_driver_taken_for_dead_while_it_stalled_announces_itself_again(tmp_path: Path) -> None:
+    store, sweep = _store(tmp_path)
+    me, other = Coordination(store.engine, sweep, "t.db"), Coordination(store.engine, sweep, "t.db")
+    other.me = DriverId("another-host", 7, 0)
+    me.register()
+    other.register()
+    me.leave()  # what another driver's forget_the_dead does to a driver silent for STALE_S
+    assert str(me.me) not in other.alive()
+    me._beaten = datetime.min  # its next heartbeat is due
+    assert me.beat()
+    assert str(me.me) in other.alive()
