@@ -11,7 +11,7 @@ infeasible launches; launches that hit a failure already seen in the same sweep
 
     python benchmarks/sampler_efficiency.py [--spaces a.yaml b.yaml] [--strategies model tpe random coordinate]
         [--seeds 10] [--first-seed 0] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N]
-        [--first-landscape SEED] [--per-seed]
+        [--first-landscape SEED] [--per-seed] [--trace]
 """
 
 from __future__ import annotations
@@ -86,9 +86,8 @@ def true_value(model: OfflineModel, space, config, output_len: int) -> float | N
     return None if tok_s is None else per_objective(tok_s, config.flags, space.file.objective)
 
 
-def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: int) -> Run:
-    """One offline sweep on a fresh database."""
-    model, optimum = landscape(space_path)
+def sweep_runs(space_path: str, strategy: str, parallel: int, seed: int, budget: int):  # type: ignore[no-untyped-def]
+    """One offline sweep on a fresh database: (its sweep row, its runs, seconds taken)."""
     space = load_space(space_path)
     with tempfile.TemporaryDirectory() as tmp:
         mixed = len(gpu_sizes(space)) > 1  # trials of several sizes share the scenario's GPUs: no group count
@@ -104,6 +103,14 @@ def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: in
         store = Store(opts.db_path)
         runs = store.runs(sweep.id)
         store.close()
+    return sweep, runs, seconds
+
+
+def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: int) -> Run:
+    """One offline sweep on a fresh database, scored."""
+    model, optimum = landscape(space_path)
+    space = load_space(space_path)
+    sweep, runs, seconds = sweep_runs(space_path, strategy, parallel, seed, budget)
     out = space.file.benchmark.output_len
     best = SweepResults(sweep, runs).best()
     best_true = true_value(model, space, _config(space, best.params), out)
@@ -126,6 +133,26 @@ def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: in
 
 def _config(space, params):  # type: ignore[no-untyped-def]
     return space.from_params(params) if params else space.baseline()
+
+
+def trace(space_path: str, strategy: str, parallel: int, seed: int, budget: int) -> None:
+    """Print each launch of one sweep, in order: its status, true share of the optimum, reading, the
+    scenario's failure rule it hit, and the settings it changed from the best launch before it."""
+    model, optimum = landscape(space_path)
+    space = load_space(space_path)
+    _sweep, runs, _seconds = sweep_runs(space_path, strategy, parallel, seed, budget)
+    out = space.file.benchmark.output_len
+    best: tuple[float, dict] | None = None  # type: ignore[type-arg]
+    for i, r in enumerate(runs):
+        config = _config(space, r.params)
+        value = true_value(model, space, config, out) if r.tok_s is not None else None
+        failure = model.outcome(config).failure if r.tok_s is None else None
+        changed = r.params if best is None else {k: v for k, v in r.params.items() if best[1].get(k) != v}
+        print(f"{i:>3} {r.status:<11} true {f'{value / optimum:.1%}' if value else '-':>6} "
+              f"read {f'{r.tok_s:.0f}' if r.tok_s else '-':>6} "
+              f"{'fails as ' + str(failure.match) + ' ' if failure else ''}changed {changed}")
+        if r.tok_s is not None and (best is None or r.tok_s > best[0]):
+            best = (r.tok_s, dict(r.params))
 
 
 def summarize(runs: list[Run], budget: int) -> None:
@@ -169,6 +196,8 @@ def main() -> None:
                         help="also N random landscapes nobody tuned to (benchmarks/random_landscape.py)")
     parser.add_argument("--first-landscape", type=int, default=1000, metavar="SEED",
                         help="the random landscapes' seeds start here (1000: the table's; others: held out)")
+    parser.add_argument("--trace", action="store_true", help="print each launch of one sweep (the first "
+                        "strategy, parallel and seed): its true share, the scenario's failure it hit, what it changed")
     args = parser.parse_args()
     _quiet()
     if args.random:
@@ -179,6 +208,10 @@ def main() -> None:
     for path in args.spaces:
         _model, optimum = landscape(path)
         print(f"{Path(path).stem}: optimum {optimum:.2f} modelled tok/s@C16", flush=True)
+    if args.trace:
+        for path in args.spaces:
+            trace(path, args.strategies[0], args.parallel[0], args.first_seed, args.budget)
+        return
     tasks = [(s, k, p, seed, args.budget) for s in args.spaces for k in args.strategies for p in args.parallel
              for seed in range(args.first_seed, args.first_seed + args.seeds)]
     with ProcessPoolExecutor(args.jobs, initializer=_quiet) as pool:
