@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from sampler_efficiency import SPACES, true_value
 
+from core.errors import ConfigError
 from tuner.space_loader import load_space
 from workers.sim.offline import OfflineModel
 
@@ -94,8 +95,11 @@ def main() -> None:
 
         out = Path(tempfile.mkdtemp(prefix="landscapes-"))
         spaces += [str(write(args.first_landscape + i, out)) for i in range(args.random)]
-    for path in spaces:
-        report(path, args.members, args.draws, args.seed)
+    try:
+        for path in spaces:
+            report(path, args.members, args.draws, args.seed)
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":
