@@ -18,11 +18,10 @@ landscape, not by its model.
 from __future__ import annotations
 
 import argparse
-import math
-import tempfile
 from pathlib import Path
 
 import numpy as np
+from random_landscape import write_many
 from sampler_efficiency import SPACES, true_value
 
 from core.errors import ConfigError
@@ -53,11 +52,9 @@ def oracle(top: np.ndarray, k: int, model: OfflineModel, draws: int, rng: np.ran
     """(chance the best reading's configuration clears the target, chance a launched one does) for
     ``k`` distinct configurations drawn from ``top`` (their values), each read once with the scenario's
     reading noise."""
-    noise = model.scenario.noise
-    sigma = math.sqrt(math.log(1 + noise.run_cv ** 2))
     picks = np.array([rng.choice(top, k, replace=False) for _ in range(draws)])
-    readings = picks * rng.lognormal(-sigma * sigma / 2, sigma, picks.shape)
-    readings *= np.where(rng.random(picks.shape) < noise.outlier_rate, noise.outlier_factor, 1.0)
+    launches = rng.integers(2 ** 62, size=picks.size).tolist()
+    readings = picks * np.reshape([model.scenario.noise.launch_factor(s) for s in launches], picks.shape)
     ranked = picks[np.arange(draws), readings.argmax(axis=1)]
     return float(np.mean(ranked >= TARGET)), float(np.mean(picks.max(axis=1) >= TARGET))
 
@@ -89,12 +86,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=20000, help="oracle sweeps drawn per count")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    spaces = list(args.spaces)
-    if args.random:
-        from random_landscape import write
-
-        out = Path(tempfile.mkdtemp(prefix="landscapes-"))
-        spaces += [str(write(args.first_landscape + i, out)) for i in range(args.random)]
+    spaces = [*args.spaces, *write_many(args.first_landscape, args.random)]
     try:
         for path in spaces:
             report(path, args.members, args.draws, args.seed)

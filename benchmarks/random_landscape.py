@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import random
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,14 @@ def write(seed: int, out: Path) -> Path:
         if 0.3 <= failing / len(configs) <= 0.6:
             return path
     raise RuntimeError(f"no landscape with 30-60% failures from seed {seed}")
+
+
+def write_many(first: int, count: int) -> list[str]:
+    """Paths of ``count`` landscapes (:func:`write`) from seed ``first`` on, in a new temporary folder."""
+    if not count:
+        return []
+    out = Path(tempfile.mkdtemp(prefix="landscapes-"))
+    return [str(write(first + i, out)) for i in range(count)]
 
 
 if __name__ == "__main__":

@@ -201,10 +201,9 @@ def main() -> None:
     args = parser.parse_args()
     _quiet()
     if args.random:
-        from random_landscape import write
+        from random_landscape import write_many
 
-        out = Path(tempfile.mkdtemp(prefix="landscapes-"))
-        args.spaces = [*args.spaces, *(str(write(args.first_landscape + i, out)) for i in range(args.random))]
+        args.spaces = [*args.spaces, *write_many(args.first_landscape, args.random)]
     for path in args.spaces:
         _model, optimum = landscape(path)
         print(f"{Path(path).stem}: optimum {optimum:.2f} modelled tok/s@C16", flush=True)
