@@ -15,6 +15,10 @@
 #   bash benchmarks/real_gpu/run.sh sweep OUT   a real `tuner sweep` with --confirm and --profile-best (carry
 #                                                .gpu-kit/ray312.tar.xz; run right after `paths`,
 #                                                while the node still has /tmp/site312)
+#   bash benchmarks/real_gpu/run.sh noise OUT   tok/s@C16 window to window, launch to launch and between
+#                                                configurations that run alike (ROUNDS=2 FIRST=0: a
+#                                                second call with FIRST=2 adds rounds; carry
+#                                                .gpu-kit/site312.tar.xz and .gpu-kit/tiny)
 # Results: docs/real-gpu.md. Skipped (exit 0 with a note) where there is no GPU.
 set -u
 what=$1 OUT=$2
@@ -36,6 +40,8 @@ dump = json.loads(out); open('$OUT/sglang-' + dump['sglang_version'] + '.json', 
 print('flag table of SGLang', dump['sglang_version'], len(dump['options']), 'options')"
     python3 benchmarks/real_gpu/paths.py "$OUT" 2>&1 | tee "$OUT/paths.txt" | grep -v "^\[" ;;
   unpack) ls /tmp/site312 | head -3 ;;
+  noise) python3 benchmarks/real_gpu/noise_probe.py "$OUT" "${ROUNDS:-2}" "${FIRST:-0}" 2>&1 | tee "$OUT/noise.txt" \
+           | grep -v "^\[" ;;
   profile) python3 benchmarks/real_gpu/profile_probe.py "$OUT" 2>&1 | tee "$OUT/profile.txt" ;;
   first)  # seconds from `tuner sweep` to its first trial, twice (the second reuses the cached flag table)
     for run in 1 2; do
