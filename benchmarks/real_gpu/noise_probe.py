@@ -66,8 +66,9 @@ def summary(rows: list[dict[str, object]]) -> None:
         if len(means) >= 2:
             spread = statistics.variance(means)
             own = max(spread - launch_var / n, 0.0)
-            print(f"configuration means: sd {math.sqrt(spread):.3f} (log); from launch noise alone "
-                  f"{math.sqrt(launch_var / n):.3f}; own deviation of a configuration (estimate): sd {math.sqrt(own):.2f}")
+            alone, own_sd = math.sqrt(launch_var / n), math.sqrt(own)
+            print(f"configuration means: sd {math.sqrt(spread):.3f} (log); from launch noise alone {alone:.3f}; "
+                  f"own deviation of a configuration (estimate): sd {own_sd:.3f}")
 
 
 def main() -> None:
