@@ -8,7 +8,8 @@ spreads over every configuration instead of looking like a difference between th
     python3 benchmarks/real_gpu/noise_probe.py OUT [ROUNDS] [FIRST_ROUND]   # run.sh noise OUT sets it up
 
 Appends one JSON line per launch to /tmp/real-noise/noise.jsonl (kept while the node is warm: a
-second call adds rounds), copies it to OUT and prints the summary of every launch in it.
+second call adds rounds; a fresh node starts an empty file), copies it to OUT and prints the summary
+of every launch in it.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from real_gpu.paths import BASE, ENV, LOGS
+from real_gpu.paths import spec
 
 from core.flags import introspect
-from core.types import BenchConfig, Config, EngineKind, EngineSpec, GateConfig, TrialSpec
+from core.types import BenchConfig
 from workers.trial import TrialRunner
 
 CONFIGS = {"graphs-32": {"cuda_graph_max_bs": 32}, "graphs-64": {"cuda_graph_max_bs": 64},
@@ -35,29 +36,27 @@ CONFIGS = {"graphs-32": {"cuda_graph_max_bs": 32}, "graphs-64": {"cuda_graph_max
 BENCH = BenchConfig(concurrency=16, input_len=512, output_len=128, warmup_s=3, duration_s=8, repeats=3)
 
 
-def launch(runner: TrialRunner, number: int, flags: dict[str, object]) -> dict[str, object]:
+def launch(runner: TrialRunner, number: int, flags: dict[str, object], out: Path) -> dict[str, object]:
     """One launch of ``flags`` on top of the kit's base: its startup and its benchmark windows."""
-    spec = TrialSpec(trial_number=number, config=Config(params={}, flags={**BASE, **flags}, env=dict(ENV)),
-                     engine=EngineSpec(kind=EngineKind.SGLANG, python=sys.executable), bench=BENCH,
-                     gate=GateConfig(enabled=False), startup_timeout_s=300, log_dir=str(LOGS))
-    result = runner.run(spec)
+    result = runner.run(spec(number, flags, out, bench=BENCH))
     windows = list(result.bench.window_tok_s) if result.bench else []
     return {"ok": result.ok, "startup_s": round(result.startup_s or 0, 1), "windows": [round(w, 1) for w in windows],
             "reason": result.failure_reason[:200]}
 
 
-def summary(rows: list[dict[str, object]]) -> None:
-    """Window-to-window, launch-to-launch and between-configuration spreads, as log sd (about a share)."""
-    ok = [r for r in rows if r["ok"] and len(r["windows"]) >= 2]  # type: ignore[arg-type]
-    within = [statistics.pvariance([math.log(w) for w in r["windows"]]) for r in ok]  # type: ignore[union-attr]
+def summary(launches: list[tuple[str, list[float]]]) -> None:
+    """Window-to-window, launch-to-launch and between-configuration spreads of ``launches`` (each: its
+    configuration's name and its windows' tok/s@C16, two or more), as log sd (about a share)."""
+    logs = [(name, [math.log(w) for w in windows]) for name, windows in launches]
+    within = [statistics.pvariance(v) for _, v in logs]
     launch_logs: dict[str, list[float]] = {}
-    for r in ok:
-        launch_logs.setdefault(str(r["config"]), []).append(statistics.mean(math.log(w) for w in r["windows"]))  # type: ignore[union-attr]
+    for name, v in logs:
+        launch_logs.setdefault(name, []).append(statistics.mean(v))
     between_launch = [statistics.variance(v) for v in launch_logs.values() if len(v) >= 2]
     for name, v in launch_logs.items():
         print(f"{name}: {len(v)} launches, tok/s@C16 (mean of windows) {[round(math.exp(x)) for x in v]}")
     if within:
-        print(f"window to window, one server: sd {math.sqrt(statistics.mean(within)):.3f} (log), {len(ok)} launches")
+        print(f"window to window, one server: sd {math.sqrt(statistics.mean(within)):.3f} (log), {len(logs)} launches")
     if between_launch:
         launch_var = statistics.mean(between_launch)
         print(f"launch to launch, one configuration: sd {math.sqrt(launch_var):.3f} (log)")
@@ -82,14 +81,15 @@ def main() -> None:
     for rnd in range(first, first + rounds):
         for k, (name, flags) in enumerate(CONFIGS.items()):
             t0 = time.time()
-            row = {"config": name, "round": rnd, **launch(runner, rnd * len(CONFIGS) + k, flags),
-                   "at": time.strftime("%H:%M:%S"), "wall_s": 0.0}
-            row["wall_s"] = round(time.time() - t0, 1)
+            measured = launch(runner, rnd * len(CONFIGS) + k, flags, out)
+            row = {"config": name, "round": rnd, **measured, "at": time.strftime("%H:%M:%S"),
+                   "wall_s": round(time.time() - t0, 1)}
             print(json.dumps(row), flush=True)
             with path.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
     shutil.copy(path, out / "noise.jsonl")
-    summary([json.loads(line) for line in path.read_text().splitlines()])
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    summary([(r["config"], r["windows"]) for r in rows if r["ok"] and len(r["windows"]) >= 2])
 
 
 if __name__ == "__main__":

@@ -32,9 +32,10 @@ BENCH = BenchConfig(concurrency=16, input_len=512, output_len=128, warmup_s=3, d
 LOGS = Path("/tmp/real-gpu-logs")
 
 
-def spec(n: int, flags: dict[str, object], out: Path, timeout_s: float = 300) -> TrialSpec:
+def spec(n: int, flags: dict[str, object], out: Path, timeout_s: float = 300, bench: BenchConfig = BENCH) -> TrialSpec:
+    """Trial ``n``: ``flags`` on top of the kit's base, measured by ``bench``."""
     return TrialSpec(trial_number=n, config=Config(params={}, flags={**BASE, **flags}, env=dict(ENV)),
-                     engine=EngineSpec(kind=EngineKind.SGLANG, python=sys.executable), bench=BENCH,
+                     engine=EngineSpec(kind=EngineKind.SGLANG, python=sys.executable), bench=bench,
                      gate=GateConfig(enabled=False), startup_timeout_s=timeout_s, log_dir=str(LOGS))
 
 

@@ -16,8 +16,8 @@
 #                                                .gpu-kit/ray312.tar.xz; run right after `paths`,
 #                                                while the node still has /tmp/site312)
 #   bash benchmarks/real_gpu/run.sh noise OUT   tok/s@C16 window to window, launch to launch and between
-#                                                configurations that run alike (ROUNDS=2 FIRST=0: a
-#                                                second call with FIRST=2 adds rounds; carry
+#                                                configurations that run alike (ROUNDS=2 FIRST=0; a
+#                                                call with FIRST=2 on the warm node adds rounds; carry
 #                                                .gpu-kit/site312.tar.xz and .gpu-kit/tiny)
 # Results: docs/real-gpu.md. Skipped (exit 0 with a note) where there is no GPU.
 set -u
