@@ -34,6 +34,7 @@ KNOBS: list[tuple[str, list[Any]]] = [
     ("num_continuous_decode_steps", [1, 2, 4]),
     ("speculative_num_steps", [1, 2, 3, 4, 5]),
 ]
+RUN_CV = 0.01  # launch-to-launch noise of a reading (scenario noise.run_cv); docs/real-gpu.md has the real engine's
 FATAL = ["RuntimeError: CUDA error: an illegal memory access was encountered",
          "RuntimeError: CUDA error: misaligned address", "Segmentation fault (core dumped)"]
 
@@ -43,8 +44,9 @@ def _values(knob: str, values: list[Any], rng: random.Random) -> list[Any]:
     return values[:k] if knob in ("cuda_graph_max_bs", "ep_size", "speculative_num_steps") else rng.sample(values, k)
 
 
-def draw(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(scenario, space) of one landscape; the caller checks the failure share."""
+def draw(seed: int, run_cv: float = RUN_CV) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(scenario, space) of one landscape, its launches read with ``run_cv`` launch-to-launch noise; the
+    caller checks the failure share."""
     rng = random.Random(seed)
     knobs = rng.sample(KNOBS[:-1], rng.randint(6, 8))
     params = {name: _values(name, vals, rng) for name, vals in knobs}
@@ -75,7 +77,7 @@ def draw(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     scenario = {"name": f"random-{seed}", "sglang_version": "0.5.23",
                 "gpu": {"name": "Random GPU", "arch": "sm_90", "count": 8, "memory_gb": 80}, "time_scale": 20,
                 "base": {"tok_s_c16": 400.0, "ttft_ms": 200, "startup_s": 120}, "effects": effects,
-                "failures": failures, "noise": {"cv": 0.015, "seed": seed, "run_cv": 0.01},
+                "failures": failures, "noise": {"cv": 0.015, "seed": seed, "run_cv": run_cv},
                 "responses": [{"prompt": "17\\s*\\*\\s*23", "text": "391"}]}
     space = {"name": f"random-{seed}", "engine": "sim", "scenario": f"random-{seed}.scenario.yaml",
              "gpus_per_trial": 8, "startup_timeout_s": 60,
@@ -87,14 +89,14 @@ def draw(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     return scenario, space
 
 
-def write(seed: int, out: Path) -> Path:
+def write(seed: int, out: Path, run_cv: float = RUN_CV) -> Path:
     """Write a landscape whose failure share is 30-60% (drawing again from seed, seed+1000, ...)."""
     from tuner.space_loader import load_space
     from workers.sim.offline import OfflineModel
 
     out.mkdir(parents=True, exist_ok=True)
     for attempt in range(50):
-        scenario, space = draw(seed + 1000 * attempt)
+        scenario, space = draw(seed + 1000 * attempt, run_cv)
         scenario["name"] = space["name"] = f"random-{seed}"
         space["scenario"] = f"random-{seed}.scenario.yaml"
         (out / f"random-{seed}.scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
@@ -108,12 +110,12 @@ def write(seed: int, out: Path) -> Path:
     raise RuntimeError(f"no landscape with 30-60% failures from seed {seed}")
 
 
-def write_many(first: int, count: int) -> list[str]:
+def write_many(first: int, count: int, run_cv: float = RUN_CV) -> list[str]:
     """Paths of ``count`` landscapes (:func:`write`) from seed ``first`` on, in a new temporary folder."""
     if not count:
         return []
     out = Path(tempfile.mkdtemp(prefix="landscapes-"))
-    return [str(write(first + i, out)) for i in range(count)]
+    return [str(write(first + i, out, run_cv)) for i in range(count)]
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from workers.sim.offline import OfflineModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from external_samplers import register
+from random_landscape import RUN_CV, write_many
 
 EXTERNAL = register()  # strategies from optimizers that install here (SMAC3)
 
@@ -196,14 +197,14 @@ def main() -> None:
                         help="also N random landscapes nobody tuned to (benchmarks/random_landscape.py)")
     parser.add_argument("--first-landscape", type=int, default=1000, metavar="SEED",
                         help="the random landscapes' seeds start here (1000: the table's; others: held out)")
+    parser.add_argument("--run-cv", type=float, default=RUN_CV, metavar="CV",
+                        help="the random landscapes' launch-to-launch noise (scenario noise.run_cv)")
     parser.add_argument("--trace", action="store_true", help="print each launch of one sweep (the first "
                         "strategy, parallel and seed): its true share, the scenario's failure it hit, what it changed")
     args = parser.parse_args()
     _quiet()
     if args.random:
-        from random_landscape import write_many
-
-        args.spaces = [*args.spaces, *write_many(args.first_landscape, args.random)]
+        args.spaces = [*args.spaces, *write_many(args.first_landscape, args.random, args.run_cv)]
     for path in args.spaces:
         _model, optimum = landscape(path)
         print(f"{Path(path).stem}: optimum {optimum:.2f} modelled tok/s@C16", flush=True)
