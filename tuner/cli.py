@@ -226,6 +226,7 @@ def show(
     import json
     from dataclasses import asdict
 
+    from tuner.lead import lead
     from tuner.pareto import front
     from tuner.results import load_results
     from tuner.views import print_summary, runs_table
@@ -240,8 +241,11 @@ def show(
             pareto = [{"trial_number": p.run.trial_number, "tok_s": p.tok_s, "ttft_p99_ms": p.ttft_p99_ms,
                        "per_user_tok_s": p.per_user_tok_s} for p in front(results)]
             profiled = results.best_profile()
+            found = lead(results)
             print(json.dumps({"study": results.sweep.study_name, "time_scale": results.sweep.time_scale,
                               "learned_rules": list(results.rules), "pareto_front": pareto,
+                              "lead": {**asdict(found), "verdict": found.verdict,
+                                       "standard_errors": found.json_standard_errors} if found else None,
                               "best_profile": {"trial_number": profiled.trial_number, **(profiled.profile or {})}
                               if profiled else None, "trials": rows},
                              indent=2, default=str))

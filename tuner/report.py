@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from core.types import RunStatus
 from db.store import RunRow
 from tuner.export import launch_script, write_output
+from tuner.lead import describe, lead
 from tuner.results import SweepResults, load_results
 from tuner.study_db import open_study
 
@@ -214,6 +215,9 @@ def build_report(results: SweepResults, study: optuna.Study) -> str:
             "pre{background:#f4f4f4;padding:.5em;font-size:12px;overflow-x:auto}"
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px;vertical-align:top}"
             ".note{color:#777}</style></head><body>")
+    found = lead(results)
+    if found is not None:
+        summary += ". Lead: " + describe(found)
     return (head + f"<h1>sglang-tuner: {html.escape(sweep.study_name)}</h1><p>{html.escape(summary)}</p>"
             + "".join(parts) + _section("Top five", _top_table(results)) + _notices_section(results)
             + _rules_section(results) + "</body></html>")

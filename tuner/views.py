@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.types import RunStatus
+from tuner.lead import describe, lead
 from tuner.parallelism import gpu_sizes, gpus_needed, slot_gpus
 from tuner.space import Param, SearchSpace
 
@@ -154,6 +155,9 @@ def print_summary(console: Console, results: Any) -> None:
         console.print(line)
         console.print("  " + (" ".join(f"{k}={v}" for k, v in best.params.items()) or "base settings only"),
                       markup=False)
+        found = lead(results)
+        if found is not None:
+            console.print("lead: " + describe(found), markup=False, highlight=False, soft_wrap=True)
     busy = results.gpu_busy()
     sizes = sorted({len(r.gpu_ids) for r in results.runs if r.gpu_ids})
     if busy is not None and len(sizes) > 1:
