@@ -7,11 +7,12 @@ as % of the exhaustive optimum of the space; the launch at which a launched conf
 reached 95% of it; the true value of the best launched configuration, ranked best or not (column
 ``found``: the seeds where one reached 97%, so a miss in ranking shows apart from a miss in finding);
 infeasible launches; launches that hit a failure already seen in the same sweep
-(the same failure rule of the scenario); proposals avoided by a learned rule (no launch).
+(the same failure rule of the scenario); proposals avoided by a learned rule (no launch); with
+``--confirm N``, the launches after the budget that measured leaders again.
 
     python benchmarks/sampler_efficiency.py [--spaces a.yaml b.yaml] [--strategies model tpe random coordinate]
         [--seeds 10] [--first-seed 0] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N]
-        [--first-landscape SEED] [--per-seed] [--trace]
+        [--first-landscape SEED] [--run-cv CV] [--confirm N] [--per-seed] [--trace]
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Run:
     infeasible: int
     repeated_failures: int
     avoided: int
+    confirmations: int  # launches after the budget (--confirm): measured again, not searched
     seconds: float
 
 
@@ -87,13 +89,14 @@ def true_value(model: OfflineModel, space, config, output_len: int) -> float | N
     return None if tok_s is None else per_objective(tok_s, config.flags, space.file.objective)
 
 
-def sweep_runs(space_path: str, strategy: str, parallel: int, seed: int, budget: int):  # type: ignore[no-untyped-def]
+def sweep_runs(space_path: str, strategy: str, parallel: int, seed: int, budget: int,  # type: ignore[no-untyped-def]
+               confirm: int = 0):
     """One offline sweep on a fresh database: (its sweep row, its runs, seconds taken)."""
     space = load_space(space_path)
     with tempfile.TemporaryDirectory() as tmp:
         mixed = len(gpu_sizes(space)) > 1  # trials of several sizes share the scenario's GPUs: no group count
         opts = SweepOptions(space_path=space_path, db_path=f"{tmp}/b.db", budget=budget, seed=seed, offline=True,
-                            sampler=strategy, max_groups=None if mixed else parallel,
+                            confirm=confirm, sampler=strategy, max_groups=None if mixed else parallel,
                             gpus=None if mixed else parallel * space.file.gpus_per_trial)
         quiet = Console(file=io.StringIO())
         t0 = time.perf_counter()
@@ -107,11 +110,11 @@ def sweep_runs(space_path: str, strategy: str, parallel: int, seed: int, budget:
     return sweep, runs, seconds
 
 
-def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: int) -> Run:
+def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: int, confirm: int = 0) -> Run:
     """One offline sweep on a fresh database, scored."""
     model, optimum = landscape(space_path)
     space = load_space(space_path)
-    sweep, runs, seconds = sweep_runs(space_path, strategy, parallel, seed, budget)
+    sweep, runs, seconds = sweep_runs(space_path, strategy, parallel, seed, budget, confirm)
     out = space.file.benchmark.output_len
     best = SweepResults(sweep, runs).best()
     best_true = true_value(model, space, _config(space, best.params), out)
@@ -129,7 +132,8 @@ def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: in
             seen_rules.add(index)
     return Run(Path(space_path).stem, strategy, parallel, seed, (best_true or 0) / optimum,
                max(values, default=0.0) / optimum, reached,
-               sum(r.tok_s is None for r in launched), repeated, sum(r.status == "avoided" for r in runs), seconds)
+               sum(r.tok_s is None for r in launched), repeated, sum(r.status == "avoided" for r in runs),
+               sum(r.repeat_of is not None and not r.remeasure for r in runs), seconds)
 
 
 def _config(space, params):  # type: ignore[no-untyped-def]
@@ -159,7 +163,7 @@ def trace(space_path: str, strategy: str, parallel: int, seed: int, budget: int)
 def summarize(runs: list[Run], budget: int) -> None:
     """One line per (space, strategy, parallel)."""
     print(f"{'space':<24} {'strategy':<11} {'par':>3} {'>=97%':>6} {'median':>7} {'worst':>6} "
-          f"{'found':>6} {'95% at':>6} {'infeas':>6} {'repeat':>6} {'avoid':>6} {'s/run':>6}")
+          f"{'found':>6} {'95% at':>6} {'infeas':>6} {'repeat':>6} {'avoid':>6} {'conf':>5} {'s/run':>6}")
     keys = sorted({(r.space, r.strategy, r.parallel) for r in runs})
     for space, strategy, parallel in keys:
         rs = [r for r in runs if (r.space, r.strategy, r.parallel) == (space, strategy, parallel)]
@@ -171,7 +175,8 @@ def summarize(runs: list[Run], budget: int) -> None:
               f"{statistics.median(reached) if reached else '-':>6} "
               f"{statistics.mean(r.infeasible for r in rs):>6.1f} "
               f"{statistics.mean(r.repeated_failures for r in rs):>6.1f} "
-              f"{statistics.mean(r.avoided for r in rs):>6.1f} {statistics.mean(r.seconds for r in rs):>6.1f}")
+              f"{statistics.mean(r.avoided for r in rs):>6.1f} {statistics.mean(r.confirmations for r in rs):>5.1f} "
+              f"{statistics.mean(r.seconds for r in rs):>6.1f}")
 
 
 def _quiet() -> None:
@@ -197,6 +202,8 @@ def main() -> None:
                         help="also N random landscapes nobody tuned to (benchmarks/random_landscape.py)")
     parser.add_argument("--first-landscape", type=int, default=1000, metavar="SEED",
                         help="the random landscapes' seeds start here (1000: the table's; others: held out)")
+    parser.add_argument("--confirm", type=int, default=0, metavar="N",
+                        help="tuner sweep --confirm N: the N best measured again after the budget (column conf)")
     parser.add_argument("--run-cv", type=float, default=RUN_CV, metavar="CV",
                         help="the random landscapes' launch-to-launch noise (scenario noise.run_cv)")
     parser.add_argument("--trace", action="store_true", help="print each launch of one sweep (the first "
@@ -212,7 +219,8 @@ def main() -> None:
         for path in args.spaces:
             trace(path, args.strategies[0], args.parallel[0], args.first_seed, args.budget)
         return
-    tasks = [(s, k, p, seed, args.budget) for s in args.spaces for k in args.strategies for p in args.parallel
+    tasks = [(s, k, p, seed, args.budget, args.confirm)
+             for s in args.spaces for k in args.strategies for p in args.parallel
              for seed in range(args.first_seed, args.first_seed + args.seeds)]
     with ProcessPoolExecutor(args.jobs, initializer=_quiet) as pool:
         runs = list(pool.map(one_run, *zip(*tasks, strict=True)))
