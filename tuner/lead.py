@@ -3,7 +3,9 @@
 A real SGLang reads one configuration 5-17% apart from launch to launch on a busy host
 (docs/real-gpu.md), so the first two of a ranking may be in either order. The sweep measures its own
 launch noise where it launched a configuration more than once (``--confirm``, re-measured surprises):
-the pooled standard deviation of log tok/s@C16 over those configurations. The lead is settled when
+the pooled standard deviation of log tok/s@C16 over those configurations (a surprise was measured again
+because it read low, so it leans the estimate high: the verdict errs towards "within the noise").
+The lead is settled when
 the log ratio of the two medians is at least :data:`LEAD_SIGMAS` standard errors of that difference.
 """
 
