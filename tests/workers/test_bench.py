@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 import pytest
 
 from core.errors import BenchmarkError
-from core.types import BenchConfig, BenchResult
+from core.types import BenchConfig, BenchResult, Config
 from tests.conftest import start_sim
 from workers.bench import run_benchmark, summarize
 from workers.metrics import Record, itl_samples, percentiles, tpot_samples, ttft_samples
 from workers.sim.args import build_parser, options_by_dest
+from workers.sim.offline import OfflineModel
 from workers.sim.scenario import evaluate, load_scenario
 
 
@@ -225,6 +228,42 @@ def test_repeat_mode_reports_median_and_spread(tmp_path: Path) -> None:
     windows = result.window_tok_s
     assert result.spread == pytest.approx((max(windows) - min(windows)) / result.tok_s)
     assert result.spread < 0.25  # noise off: the windows agree (~0.04 here; 0.10 with both CPUs busy elsewhere)
+
+
+def test_window_drift_moves_the_windows_as_the_offline_model_says(tmp_path: Path) -> None:
+    """With ``window_cv`` a running server's rate drifts from window to window, in the order the
+    offline model gives for the same launch, and the windows spread more than a noise-free server's
+    in the same run. (The live windows start a little after the model's: readiness polling and the
+    client's start; the seed is picked so that this shift cannot reorder them.)"""
+    quiet, drifting = tmp_path / "quiet.yaml", tmp_path / "drift.yaml"
+    quiet.write_text(STEADY)
+    drifting.write_text(STEADY.replace("noise: {cv: 0}", "noise: {cv: 0, window_cv: 0.3, window_s: 40}"))
+    model = OfflineModel(drifting)
+    cfg = BenchConfig(concurrency=16, input_len=64, output_len=64, warmup_s=2.0, duration_s=2.0, repeats=3)
+
+    def shifted(seed: int, share: float) -> list[float]:  # windows of 40 modelled s (2 s here), late by `share`
+        return [model.scenario.noise.mean_drift(seed, 40 * (k + share), 40 * (k + 1 + share)) for k in (1, 2, 3)]
+
+    def order(values: Sequence[float]) -> list[int]:
+        return sorted(range(len(values)), key=lambda i: values[i])
+
+    def robust(seed: int) -> bool:
+        windows = [shifted(seed, share) for share in (0.0, 0.2, 0.4)]
+        return all(order(w) == order(windows[0]) and
+                   min(b / a for a, b in itertools.pairwise(sorted(w))) > 1.15 for w in windows)
+
+    seed = next(s for s in range(1000) if robust(s))
+    expected = model.window_readings(model.outcome(Config(params={}, flags={"model_path": "/m"}), seed), cfg)
+    spreads = {}
+    for path, env in ((quiet, {}), (drifting, {"SGLANG_SIM_LAUNCH_SEED": str(seed)})):
+        server = start_sim(path, {"model_path": "/m"}, tmp_path, env=env)
+        try:
+            result = asyncio.run(run_benchmark(server.url, cfg))
+        finally:
+            server.stop()
+        spreads[path] = result.spread
+    assert order(result.window_tok_s) == order(expected)
+    assert spreads[drifting] > spreads[quiet] + 0.25
 
 
 def test_early_stopping_ends_a_clearly_slow_run(tmp_path: Path) -> None:

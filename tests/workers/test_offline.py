@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from core.types import BenchConfig, Config
 from tests.conftest import SPACES
 from tuner.space import SearchSpace
 from tuner.space_loader import load_space
@@ -43,3 +48,26 @@ def test_garbage_and_crashing_configs_are_failures_offline() -> None:
     oom = space.from_assignments({"cuda_graph_max_bs": 64})
     assert model.verdict(garbage).failure == "output"
     assert model.verdict(oom).failure == "startup"
+
+
+def test_window_drift_is_each_windows_time_average(tmp_path: Path) -> None:
+    path = tmp_path / "drift.yaml"
+    text = ("name: drift\ntime_scale: 10\nbase: {tok_s_c16: 30.0, ttft_ms: 0, startup_s: 10}\n"
+            "noise: {window_cv: 0.2, window_s: 10}\n")
+    path.write_text(text)
+    model = OfflineModel(path)
+    noise = model.scenario.noise
+    a, b = noise.drift(7, 12.0), noise.drift(7, 25.0)
+    assert a == noise.drift(7, 19.9) != b  # constant over a stretch, drawn anew for the next
+    assert noise.mean_drift(7, 15.0, 25.0) == pytest.approx((a + b) / 2)
+    assert noise.mean_drift(7, 10.0, 20.0) == pytest.approx(a)
+    config = Config(params={}, flags={"model_path": "/m"})
+    bench = BenchConfig(concurrency=16, output_len=64, warmup_s=1.0, duration_s=1.0, repeats=3)
+    trial = model.trial(config, bench, 60.0, launch_seed=7)
+    base = model.verdict(config, 16, 64).tok_s
+    assert base is not None
+    assert [w / (base * 10) for w in trial.window_tok_s] == pytest.approx([noise.drift(7, t) for t in (15, 25, 35)])
+    assert trial.tok_s == sorted(trial.window_tok_s)[1]
+    path.write_text(text.replace("window_cv: 0.2", "window_cv: 0"))
+    steady = OfflineModel(path)
+    assert set(steady.trial(config, bench, 60.0, launch_seed=7).window_tok_s) == {base * 10}

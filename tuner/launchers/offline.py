@@ -80,8 +80,9 @@ class OfflineLauncher:
         modelled = self.model.trial(spec.config, spec.bench, spec.startup_timeout_s,
                                     launch_seed=self.seed * 1_000_003 + spec.trial_number)
         k = self.gpus_per_trial
-        bench = None if modelled.tok_s is None else _bench_result(modelled.tok_s, spec, modelled.outcome.ttft_ms
-                                                                  / self.model.scenario.time_scale)
+        ttft_ms = modelled.outcome.ttft_ms / self.model.scenario.time_scale
+        bench = None if modelled.tok_s is None else _bench_result(modelled.tok_s, spec, ttft_ms,
+                                                                  modelled.window_tok_s)
         result = TrialResult(
             trial_number=spec.trial_number, config_key=spec.config.key(), argv=cmd.argv, env=dict(cmd.env),
             sglang_version=self.model.table.version, node=self.host,
@@ -134,8 +135,9 @@ class OfflineLauncher:
         self._queue.clear()
 
 
-def _bench_result(tok_s: float, spec: TrialSpec, ttft_ms: float) -> BenchResult:
-    """The benchmark's metrics for a modelled aggregate rate ``tok_s`` at the spec's concurrency."""
+def _bench_result(tok_s: float, spec: TrialSpec, ttft_ms: float, windows: tuple[float, ...] = ()) -> BenchResult:
+    """The benchmark's metrics for a modelled aggregate rate ``tok_s`` at the spec's concurrency
+    (``windows``: each window's reading, all ``tok_s`` when not given)."""
     c, out = spec.bench.concurrency, spec.bench.output_len
     per_user = tok_s / c
     tpot = 1000.0 / per_user
@@ -146,8 +148,10 @@ def _bench_result(tok_s: float, spec: TrialSpec, ttft_ms: float) -> BenchResult:
     def pct(v: float) -> dict[str, float]:
         return {"p50": v, "p90": v, "p99": v, "mean": v}
 
-    return BenchResult(tok_s=tok_s, window_tok_s=(tok_s,) * spec.bench.repeats, request_throughput=completed / duration,
+    windows = windows or (tok_s,) * spec.bench.repeats
+    return BenchResult(tok_s=tok_s, window_tok_s=windows, request_throughput=completed / duration,
                        per_user_tok_s=per_user, ttft_ms=pct(ttft_ms), tpot_ms=pct(tpot), itl_ms=pct(tpot),
                        e2e_ms=pct(e2e), completed=completed, failed=0, output_tokens=round(tok_s * duration),
                        output_chunks=round(tok_s * duration), achieved_concurrency=float(c), concurrency=c,
-                       held_concurrency=True, accept_length=None, duration_s=duration)
+                       held_concurrency=True, accept_length=None, duration_s=duration,
+                       spread=(max(windows) - min(windows)) / tok_s)

@@ -25,6 +25,7 @@ from workers.sim.scenario import FailureRule, Scenario, evaluate, load_scenario
 from workers.sim.server import ServerState, build_app
 
 SCENARIO_ENV = "SGLANG_SIM_SCENARIO"
+LAUNCH_SEED_ENV = "SGLANG_SIM_LAUNCH_SEED"  # pins one launch's noise (else a fresh draw per launch)
 
 
 def log(message: str, rank: str = "") -> None:
@@ -51,6 +52,18 @@ def _scenario_path(argv: list[str]) -> str | None:
         if arg.startswith("--sim-scenario="):
             return arg.split("=", 1)[1]
     return os.environ.get(SCENARIO_ENV)
+
+
+def _launch_seed() -> int:
+    """The seed of this launch's noise: SGLANG_SIM_LAUNCH_SEED when set, else a fresh random one."""
+    pinned = os.environ.get(LAUNCH_SEED_ENV, "").strip()
+    if not pinned:
+        return random.SystemRandom().getrandbits(48)
+    try:
+        return int(pinned)
+    except ValueError:
+        print(f"sglang serve: error: {LAUNCH_SEED_ENV}={pinned!r} is not an integer", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 async def serve(state: ServerState, scenario: Scenario, host: str, port: int) -> None:
@@ -109,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     options = options_by_dest(namespace)
     if not options.get("model_path"):
         parser.error("the following arguments are required: --model-path/--model")
-    outcome = evaluate(scenario, options, dict(os.environ), launch_seed=random.SystemRandom().getrandbits(48))
+    outcome = evaluate(scenario, options, dict(os.environ), launch_seed=_launch_seed())
     shown = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(namespace).items()) if v not in (None, False))
     log(f"server_args=ServerArgs({shown})")
     log(f"Simulated engine: scenario {scenario.name!r}, time_scale {scenario.time_scale:g}: modelled "

@@ -13,6 +13,7 @@ import hashlib
 import math
 import random
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -89,6 +90,7 @@ class Scheduler:
         self.generated_tokens = 0  # every output token so far (SGLang's sglang:generation_tokens_total)
         self.batch_steps = 0.0  # decode steps of the whole batch so far (what a profiler counts)
         self.on_step: Callable[[], None] | None = None  # called after each request's decode step
+        self.ready_at = time.monotonic()  # the origin of the rate's window drift (Noise.drift)
         self._seq = 0
 
     def answer_for(self, prompt: str) -> list[str]:
@@ -101,10 +103,13 @@ class Scheduler:
         return []
 
     def step_rate(self) -> float:
-        """Decode steps per second of one stream at the current number of requests in the server."""
+        """Decode steps per second of one stream at the current number of requests in the server
+        (the launch's window drift at this moment included)."""
         in_server = max(len(self.requests), 1)
         per_stream = self.outcome.decode_tok_s(in_server, self.scenario.saturation_c) / in_server
-        return per_stream * self.scenario.time_scale / self.outcome.accept_len
+        modelled_s = (time.monotonic() - self.ready_at) * self.scenario.time_scale
+        drift = self.scenario.noise.drift(self.outcome.launch_seed, modelled_s)
+        return per_stream * drift * self.scenario.time_scale / self.outcome.accept_len
 
     def _draw_tokens(self, req: Request, steps: int) -> int:
         accept = self.outcome.accept_len

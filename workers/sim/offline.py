@@ -9,7 +9,8 @@ A failure is reported as the simulated server would make the trial report it: th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core.flags import FlagTable
@@ -42,6 +43,7 @@ class OfflineTrial:
     failure_kind: FailureKind | None = None
     failure_reason: str = ""
     log: str = ""
+    window_tok_s: tuple[float, ...] = ()  # each benchmark window's reading (tok_s is their median)
 
 
 class OfflineModel:
@@ -73,8 +75,9 @@ class OfflineModel:
         window = bench.warmup_s + bench.duration_s * bench.repeats
         rule = outcome.failure
         if rule is None:
-            tok_s = outcome.expected_tok_s(bench.concurrency, bench.output_len, self.scenario.saturation_c) * scale
-            return OfflineTrial(outcome, tok_s, startup, startup + window, log="\n".join(outcome.notices))
+            windows = self.window_readings(outcome, bench)
+            return OfflineTrial(outcome, statistics.median(windows), startup, startup + window,
+                                log="\n".join(outcome.notices), window_tok_s=windows)
         if (rule.at == "hang" and rule.after_requests == 0) or startup > startup_timeout_s:
             return OfflineTrial(outcome, None, None, startup_timeout_s, FailureKind.STARTUP_TIMEOUT,
                                 f"server not ready after {startup_timeout_s:g} s (last log line: "
@@ -86,6 +89,18 @@ class OfflineModel:
             return OfflineTrial(outcome, None, startup, startup + bench.request_timeout_s,
                                 FailureKind.BENCHMARK_FAILED, f"requests timed out after {bench.request_timeout_s:g} s")
         return self._died(outcome, rule, startup, window)
+
+    def window_readings(self, outcome: Outcome, bench: BenchConfig) -> tuple[float, ...]:
+        """Each benchmark window's closed-loop tok/s (time-scaled), the launch's window drift over its span."""
+        scale, noise = self.scenario.time_scale, self.scenario.noise
+        readings = []
+        for k in range(bench.repeats):
+            start = (bench.warmup_s + k * bench.duration_s) * scale  # modelled seconds since ready
+            drift = noise.mean_drift(outcome.launch_seed, start, start + bench.duration_s * scale)
+            drifted = replace(outcome, noise_factor=outcome.noise_factor * drift)
+            readings.append(drifted.expected_tok_s(bench.concurrency, bench.output_len,
+                                                   self.scenario.saturation_c) * scale)
+        return tuple(readings)
 
     def _died(self, outcome: Outcome, rule: FailureRule, startup: float, window: float) -> OfflineTrial:
         """The server exits: at startup, in warm-up, or during the benchmark."""

@@ -87,13 +87,18 @@ class FailureRule(_Strict):
 class Noise(_Strict):
     """Noise on throughput. ``cv``: log-normal, fixed per (seed, configuration) - part of what the
     configuration *is*. ``run_cv``: log-normal per launch (run-to-run measurement noise).
-    ``outlier_rate``: the chance that one launch reads ``outlier_factor`` x low (a noisy neighbour)."""
+    ``outlier_rate``: the chance that one launch reads ``outlier_factor`` x low (a noisy neighbour).
+    ``window_cv``: log-normal drift of one running server's rate, constant over each ``window_s``
+    modelled seconds and drawn anew for the next (what consecutive benchmark windows of real SGLang
+    show: 2-5% on the H100s of docs/real-gpu.md)."""
 
     cv: Annotated[float, Field(ge=0)] = 0.0
     seed: int = 0
     run_cv: Annotated[float, Field(ge=0)] = 0.0
     outlier_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
     outlier_factor: Annotated[float, Field(gt=0, le=1)] = 0.7
+    window_cv: Annotated[float, Field(ge=0)] = 0.0
+    window_s: Annotated[float, Field(gt=0)] = 8.0
 
     def launch_factor(self, launch_seed: int | None) -> float:
         """The multiplicative noise of one launch (1.0 without ``launch_seed`` or run noise)."""
@@ -107,6 +112,28 @@ class Noise(_Strict):
         if rng.random() < self.outlier_rate:
             factor *= self.outlier_factor
         return factor
+
+    def drift(self, launch_seed: int | None, t_s: float) -> float:
+        """The rate factor of one launch ``t_s`` modelled seconds after it became ready (1.0 without
+        ``launch_seed`` or window noise): one log-normal draw (mean 1) per ``window_s`` stretch."""
+        if launch_seed is None or self.window_cv == 0:
+            return 1.0
+        stretch = math.floor(max(t_s, 0.0) / self.window_s)
+        rng = random.Random(f"{self.seed}:window:{launch_seed}:{stretch}")
+        sigma = math.sqrt(math.log(1 + self.window_cv ** 2))
+        return rng.lognormvariate(-sigma * sigma / 2, sigma)
+
+    def mean_drift(self, launch_seed: int | None, start_s: float, end_s: float) -> float:
+        """The time average of :meth:`drift` over [start_s, end_s) (what a window of that span reads)."""
+        if end_s <= start_s:
+            return self.drift(launch_seed, start_s)
+        first, last = math.floor(start_s / self.window_s), math.ceil(end_s / self.window_s)
+        total = 0.0
+        for stretch in range(first, last):
+            lo, hi = max(start_s, stretch * self.window_s), min(end_s, (stretch + 1) * self.window_s)
+            if hi > lo:
+                total += self.drift(launch_seed, (lo + hi) / 2) * (hi - lo)
+        return total / (end_s - start_s)
 
 
 class Response(_Strict):
@@ -151,6 +178,7 @@ class Outcome:
     noise_factor: float
     notices: tuple[str, ...] = ()  # the ``log`` lines of the effects that hold
     kernels: tuple[tuple[str, float], ...] = ()  # a decode step's GPU kernels and their relative time
+    launch_seed: int | None = None  # the launch this outcome is of (its window drift: Noise.drift)
 
     def decode_tok_s(self, concurrency: float, saturation_c: float) -> float:
         """Aggregate decode tok/s with ``concurrency`` requests in the server (base value at 16)."""
@@ -264,4 +292,4 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
     noise *= scenario.noise.launch_factor(launch_seed)
     return Outcome(tok_s_c16=max(tok_s, 1e-6), ttft_ms=max(ttft, 0.0), startup_s=max(startup, 0.0),
                    accept_len=max(accept, 1.0), failure=failure, noise_factor=noise, notices=tuple(notices),
-                   kernels=tuple(kernels.items()))
+                   kernels=tuple(kernels.items()), launch_seed=launch_seed)
