@@ -14,6 +14,7 @@ an unset option. Effect values: a number multiplies; ``"+75"``/``"-20"`` add; ``
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import math
 import random
@@ -84,6 +85,18 @@ class FailureRule(_Strict):
     note: str = ""
 
 
+def mean_one_lognormal(rng: random.Random, cv: float) -> float:
+    """One log-normal draw with mean 1 and coefficient of variation ``cv``."""
+    sigma = math.sqrt(math.log(1 + cv ** 2))
+    return rng.lognormvariate(-sigma * sigma / 2, sigma)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stretch_factor(noise_seed: int, launch_seed: int, stretch: int, cv: float) -> float:
+    """The drift of one stretch of one launch (cached: the live server asks at every decode step)."""
+    return mean_one_lognormal(random.Random(f"{noise_seed}:window:{launch_seed}:{stretch}"), cv)
+
+
 class Noise(_Strict):
     """Noise on throughput. ``cv``: log-normal, fixed per (seed, configuration) - part of what the
     configuration *is*. ``run_cv``: log-normal per launch (run-to-run measurement noise).
@@ -107,8 +120,7 @@ class Noise(_Strict):
         rng = random.Random(f"{self.seed}:launch:{launch_seed}")
         factor = 1.0
         if self.run_cv > 0:
-            sigma = math.sqrt(math.log(1 + self.run_cv ** 2))
-            factor = rng.lognormvariate(-sigma * sigma / 2, sigma)
+            factor = mean_one_lognormal(rng, self.run_cv)
         if rng.random() < self.outlier_rate:
             factor *= self.outlier_factor
         return factor
@@ -118,10 +130,7 @@ class Noise(_Strict):
         ``launch_seed`` or window noise): one log-normal draw (mean 1) per ``window_s`` stretch."""
         if launch_seed is None or self.window_cv == 0:
             return 1.0
-        stretch = math.floor(max(t_s, 0.0) / self.window_s)
-        rng = random.Random(f"{self.seed}:window:{launch_seed}:{stretch}")
-        sigma = math.sqrt(math.log(1 + self.window_cv ** 2))
-        return rng.lognormvariate(-sigma * sigma / 2, sigma)
+        return _stretch_factor(self.seed, launch_seed, math.floor(max(t_s, 0.0) / self.window_s), self.window_cv)
 
     def mean_drift(self, launch_seed: int | None, start_s: float, end_s: float) -> float:
         """The time average of :meth:`drift` over [start_s, end_s) (what a window of that span reads)."""
@@ -287,8 +296,7 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
                             if k not in ("host", "port", "sim_scenario")))
         ident += repr(sorted((k, env[k]) for k in scenario.env_keys() if k in env))
         seed = int(hashlib.sha256(f"{scenario.noise.seed}:{ident}".encode()).hexdigest()[:12], 16)
-        sigma = math.sqrt(math.log(1 + scenario.noise.cv ** 2))
-        noise = random.Random(seed).lognormvariate(-sigma * sigma / 2, sigma)
+        noise = mean_one_lognormal(random.Random(seed), scenario.noise.cv)
     noise *= scenario.noise.launch_factor(launch_seed)
     return Outcome(tok_s_c16=max(tok_s, 1e-6), ttft_ms=max(ttft, 0.0), startup_s=max(startup, 0.0),
                    accept_len=max(accept, 1.0), failure=failure, noise_factor=noise, notices=tuple(notices),
