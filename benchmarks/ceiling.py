@@ -1,7 +1,8 @@
 """What can any search reach on a landscape? The ceiling of "best after N launches >= 97% of the optimum".
 
 A scenario's value of a configuration is its modelled (structural) value times the configuration's own
-deviation (``noise.cv``: what that configuration *is*, not a reading's noise; `workers/sim/scenario.py`).
+deviation (``noise.cv``: what that configuration *is*, not a reading's noise, one draw per set of effects
+it matches; `workers/sim/scenario.py`).
 The exhaustive optimum that `sampler_efficiency.py` scores against is the luckiest of those deviations,
 and no model can tell which of several structurally equal configurations is the lucky one without
 launching each. This prints, per space: the structural optimum as a share of the exhaustive one; how

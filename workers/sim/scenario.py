@@ -18,6 +18,7 @@ import functools
 import hashlib
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -99,7 +100,8 @@ def _stretch_factor(noise_seed: int, launch_seed: int, stretch: int, cv: float) 
 
 class Noise(_Strict):
     """Noise on throughput. ``cv``: log-normal, fixed per (seed, configuration) - part of what the
-    configuration *is*. ``run_cv``: log-normal per launch (run-to-run measurement noise).
+    configuration *is*, one draw per set of matched effects
+    (:meth:`own_deviation`). ``run_cv``: log-normal per launch (run-to-run measurement noise).
     ``outlier_rate``: the chance that one launch reads ``outlier_factor`` x low (a noisy neighbour).
     ``window_cv``: log-normal drift of one running server's rate, constant over each ``window_s``
     modelled seconds and drawn anew for the next (what consecutive benchmark windows of real SGLang
@@ -112,6 +114,18 @@ class Noise(_Strict):
     outlier_factor: Annotated[float, Field(gt=0, le=1)] = 0.7
     window_cv: Annotated[float, Field(ge=0)] = 0.0
     window_s: Annotated[float, Field(gt=0)] = 8.0
+
+    def own_deviation(self, matched: Sequence[dict[str, Any]]) -> float:
+        """A configuration's own deviation (``cv``), drawn from what it runs: the ``match`` clauses of
+        the scenario's effects it matches (in any order). Configurations that match the same effects
+        (they differ only in settings, or values, that no effect tells apart) run the same thing, and
+        real SGLang reads such configurations alike beyond launch noise (three CUDA-graph sizes at
+        C16 on two H100 nodes: docs/real-gpu.md), so they share one deviation."""
+        if self.cv == 0:
+            return 1.0
+        runs = sorted(repr(sorted((k, repr(v)) for k, v in match.items())) for match in matched)
+        seed = int(hashlib.sha256(f"{self.seed}:effects:{runs}".encode()).hexdigest()[:12], 16)
+        return mean_one_lognormal(random.Random(seed), self.cv)
 
     def launch_factor(self, launch_seed: int | None) -> float:
         """The multiplicative noise of one launch (1.0 without ``launch_seed`` or run noise)."""
@@ -167,12 +181,6 @@ class Scenario(_Strict):
     noise: Noise = Field(default_factory=Noise)
     responses: list[Response] = Field(default_factory=list)
     kernels: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=lambda: dict(DECODE_KERNELS))
-
-    def env_keys(self) -> list[str]:
-        """The environment variables some rule looks at (only these influence the outcome)."""
-        rules: list[Effect | FailureRule] = [*self.effects, *self.failures]
-        keys = {k[4:] for rule in rules for k in rule.match if k.startswith("env.")}
-        return sorted(keys)
 
 
 @dataclass(frozen=True)
@@ -281,8 +289,10 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
                                     scenario.base.startup_s, scenario.base.accept_len)
     notices: list[str] = []
     kernels = dict(scenario.kernels)
+    matched: list[dict[str, Any]] = []
     for effect in scenario.effects:
         if rule_matches(effect.match, options, env):
+            matched.append(effect.match)
             notices += [effect.log] if effect.log else []
             kernels.update(effect.kernels)
             tok_s = _adjust(tok_s, effect.tok_s)
@@ -290,14 +300,7 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
             startup = _adjust(startup, effect.startup_s)
             accept = _adjust(accept, effect.accept_len)
     failure = next((f for f in scenario.failures if rule_matches(f.match, options, env)), None)
-    noise = 1.0
-    if scenario.noise.cv > 0:
-        ident = repr(sorted((k, str(v)) for k, v in options.items()
-                            if k not in ("host", "port", "sim_scenario")))
-        ident += repr(sorted((k, env[k]) for k in scenario.env_keys() if k in env))
-        seed = int(hashlib.sha256(f"{scenario.noise.seed}:{ident}".encode()).hexdigest()[:12], 16)
-        noise = mean_one_lognormal(random.Random(seed), scenario.noise.cv)
-    noise *= scenario.noise.launch_factor(launch_seed)
+    noise = scenario.noise.own_deviation(matched) * scenario.noise.launch_factor(launch_seed)
     return Outcome(tok_s_c16=max(tok_s, 1e-6), ttft_ms=max(ttft, 0.0), startup_s=max(startup, 0.0),
                    accept_len=max(accept, 1.0), failure=failure, noise_factor=noise, notices=tuple(notices),
                    kernels=tuple(kernels.items()), launch_seed=launch_seed)
