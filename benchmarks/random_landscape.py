@@ -118,11 +118,6 @@ def write_many(first: int, count: int, run_cv: float = RUN_CV) -> list[str]:
     return [str(write(first + i, out, run_cv)) for i in range(count)]
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    print(write(int(sys.argv[1]), Path(sys.argv[2])))
-
-
 def redraw(space_path: str, instances: int) -> list[str]:
     """``space_path`` and ``instances - 1`` more instances of its landscape, in a new temporary folder:
     the same space and scenario with the scenario's ``noise.seed`` moved on by 1, 2, ... (named
@@ -146,3 +141,8 @@ def redraw(space_path: str, instances: int) -> list[str]:
                                                          sort_keys=False))
         paths.append(str(out / f"{name}.yaml"))
     return paths
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    print(write(int(sys.argv[1]), Path(sys.argv[2])))

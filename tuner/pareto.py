@@ -41,8 +41,8 @@ def front(results: SweepResults) -> list[Point]:
     exactly alike on both (none beats the other) are all on it."""
     out: list[Point] = []
     for p in sorted(points(results), key=lambda q: (-q.tok_s, q.ttft_p99_ms)):
-        tied = bool(out) and (p.tok_s, p.ttft_p99_ms) == (out[-1].tok_s, out[-1].ttft_p99_ms)
-        if not out or p.ttft_p99_ms < out[-1].ttft_p99_ms or tied:
+        if not out or p.ttft_p99_ms < out[-1].ttft_p99_ms or (p.tok_s, p.ttft_p99_ms) == (out[-1].tok_s,
+                                                                                          out[-1].ttft_p99_ms):
             out.append(p)
     return out
 
