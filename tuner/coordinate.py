@@ -57,6 +57,8 @@ class CoordinateSampler(WholeConfigSampler):
                 scored = [(measured[config_key(v)], v) for v in variants if config_key(v) in measured]
                 if scored:
                     current = max(scored, key=lambda sv: sv[0])[1]
+                elif config_key(current) in reasons and (pending := self._in_flight(variants, running)):
+                    current = pending  # standing on a failure: go on from the variant that may have fixed it
                 elif self.slos:  # none met the objectives yet: the one that came closest
                     current = self._closest(variants, trials) or current
         return None
@@ -75,6 +77,16 @@ class CoordinateSampler(WholeConfigSampler):
         own = signature(*why)
         return any(k != key and k in reasons and signature(*reasons[k]) == own
                    for k in map(config_key, variants))
+
+    @staticmethod
+    def _in_flight(variants: list[Params], running: list[Params]) -> Params | None:
+        """The first of ``variants`` still in flight, if any. While the configuration the pass stands on
+        fails and none of its variants has run yet, the pass goes on from one in flight, as if it will
+        run: moves from a configuration that fails would fail the same way unless they change its
+        cause, and with two trials in flight they were launched one after another, each failing alike,
+        while the variant that fixed it was still being measured."""
+        pending = set(map(config_key, running))
+        return next((v for v in variants if config_key(v) in pending), None)
 
     def _closest(self, variants: list[Params], trials: Sequence[FrozenTrial]) -> Params | None:
         """The variant that missed the objectives by the least (the largest ratio of measured value to

@@ -6,9 +6,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from rich.console import Console
+
 from core.types import Config, FailureKind
+from db.store import Store
 from tests.conftest import FIXTURES
 from tests.scripted import scripted_sweep
+from tuner.live import SweepView
+from tuner.study import Sweep
 from tuner.sweep_state import SweepOptions
 
 REASON = ("server exited with code 1 during startup: AssertionError: the marlin MoE runner needs "
@@ -56,3 +61,51 @@ def test_a_failing_start_moves_on_from_a_setting_whose_change_failed_the_same_wa
     assert runners.count("auto") >= 1 and "triton" in runners, runners
     assert "marlin" not in runners, "triton crashed as auto did: marlin is not tried before a launch runs"
     assert launched[first_ok].params["cuda_graph_max_bs"] != 16
+
+
+CRASHING_START_SCENARIO = """\
+name: crashing-start
+gpu: {name: Test GPU, arch: sm_90, count: 4, memory_gb: 80}
+time_scale: 100
+base: {tok_s_c16: 20.0, ttft_ms: 200, startup_s: 40}
+effects:
+  - {match: {ep_size: 2}, tok_s: 1.1}
+failures:
+  - {match: {moe_runner_backend: marlin}, at: startup, exit_code: 139, log: "Segmentation fault (core dumped)"}
+noise: {cv: 0.0}
+responses:
+  - {prompt: "17\\\\s*\\\\*\\\\s*23", text: "391"}
+"""
+
+CRASHING_START_SPACE = """\
+name: crashing-start
+engine: sim
+scenario: crashing-start.scenario.yaml
+gpus_per_trial: 2
+base: {model_path: /m/x, tp_size: 2}
+params:
+  moe_runner_backend: {choices: [marlin, auto]}
+  ep_size: {choices: [1, 2]}
+  cuda_graph_max_bs: {choices: [16, 32, 64]}
+  schedule_policy: {choices: [fcfs, lpm]}
+"""
+
+
+def test_with_two_in_flight_a_failing_start_is_left_for_the_move_that_may_fix_it(tmp_path: Path) -> None:
+    """The first values crash (a log naming nothing) because of the first setting; a crash ends fast,
+    a launch that runs takes minutes. With two trials in flight, the pass goes on from the move being
+    measured instead of launching every other move from the crashing start while it runs (each would
+    crash alike): the offline loop, two GPU groups."""
+    (tmp_path / "crashing-start.scenario.yaml").write_text(CRASHING_START_SCENARIO)
+    (tmp_path / "space.yaml").write_text(CRASHING_START_SPACE)
+    opts = SweepOptions(space_path=str(tmp_path / "space.yaml"), db_path=str(tmp_path / "t.db"), budget=8,
+                        seed=0, study_name="start2", sampler="coordinate", offline=True, max_groups=2, gpus=4)
+    row = Sweep(opts, lambda n, b, s: SweepView(Console(file=io.StringIO()), n, b, s)).run()
+    store = Store(opts.db_path)
+    try:
+        launched = [r for r in store.runs(row.id) if r.status.launched and r.params]
+    finally:
+        store.close()
+    crashed = [r.params for r in launched if r.failure_kind]
+    assert crashed and all(p["moe_runner_backend"] == "marlin" for p in crashed)
+    assert len(crashed) == 1, f"only the start crashes; moves from it were not launched while auto ran: {crashed}"
