@@ -48,11 +48,13 @@ class CoordinateSampler(WholeConfigSampler):
                 if param.name not in current:
                     continue
                 variants = self._variants(current, param.name)
-                variants += [r for v in variants if config_key(v) in reasons
-                             for r in self._repairs(v, param.name, reasons[config_key(v)], measured)]
+                shunned = self._shunned(current, param.name, variants, reasons, tried)
+                variants += [r for v in variants if config_key(v) in reasons or config_key(v) in shunned
+                             for r in self._repairs(v, param.name, reasons, measured, shunned)]
                 if not self._not_the_cause(current, variants, reasons):
                     for v in variants:
-                        if config_key(v) not in tried and not self.blocked(v):
+                        key = config_key(v)
+                        if key not in tried and key not in shunned and not self.blocked(v):
                             return v
                 scored = [(measured[config_key(v)], v) for v in variants if config_key(v) in measured]
                 if scored:
@@ -106,20 +108,70 @@ class CoordinateSampler(WholeConfigSampler):
         missed = [v for v in variants if config_key(v) in metrics]
         return min(missed, key=miss) if missed else None
 
-    def _repairs(self, failed: Params, name: str, why: tuple[str, str], measured: dict[Any, float]) -> list[Params]:
+    def _shunned(self, current: Params, name: str, variants: list[Params], reasons: dict[Any, tuple[str, str]],
+                 tried: set[Any]) -> dict[Any, tuple[str, str]]:
+        """The variants of ``name`` not tried yet that a sibling's failure implicates, each with that
+        failure's (kind, reason): where a variant failed with a log that names no value of ``name`` but
+        names a value the pass's configuration has ("cutlass fp8 MoE does not support expert
+        parallelism" at EP 2, with the cutlass runner kept), the same move to any other value of
+        ``name`` would fail alike while that value is kept. The pass launches their repairs instead."""
+        causes: list[tuple[str, str]] = []
+        for v in variants:
+            why = reasons.get(config_key(v))
+            if why is None or any(self.learner.names_value(name, u, why[1]) for u in self._values(name)):
+                continue
+            if any(other != name and current.get(other) == value
+                   for other, value in self._named(v, why) if self.learner.names_value(other, value, why[1])):
+                causes.append(why)
+        if not causes:
+            return {}
+        return {config_key(v): causes[0] for v in variants if config_key(v) not in tried and v != current}
+
+    def _values(self, name: str) -> list[Any]:
+        """Every value of parameter ``name``."""
+        param = next(p for p in self.space.params if p.name == name)
+        return list(param.values() or [])
+
+    def _repairs(self, failed: Params, name: str, reasons: dict[Any, tuple[str, str]],
+                 measured: dict[Any, float], shunned: dict[Any, tuple[str, str]] | None = None) -> list[Params]:
         """The failed variant with another value of each other setting its failure's log names:
         "DeepEP requires ep_size == tp_size (8)" after ``moe_a2a_backend=deepep`` failed at ep_size 1
         tries it at the other EP sizes, as one would by hand: first at the values the log names (EP 8),
         and at the others only if none of those ran, so a message that says what it needs costs one
-        failed launch, not one per value."""
+        failed launch, not one per value. For a move that did not fail but that a sibling's failure
+        implicates (:meth:`_shunned`: EP 4 with cutlass after "cutlass fp8 MoE does not support expert
+        parallelism" at EP 2), one other value at a time, the one that read best so far first, and the
+        next only if that one failed too: the pass measures EP 4 once, not once per runner."""
+        why = reasons.get(config_key(failed)) or (shunned or {})[config_key(failed)]
         out: list[Params] = []
         for other, value in self._named(failed, why):
             if other == name:
                 continue
             variants = [v for v in self._variants(failed, other) if v.get(other) != value]
             asked = [v for v in variants if self.learner.names_value(other, v.get(other), why[1])]
-            ran = any(config_key(v) in measured for v in asked)
-            out.extend(asked if ran else asked + [v for v in variants if v not in asked])
+            if any(config_key(v) in measured for v in asked):
+                out.extend(asked)
+                continue
+            rest = [v for v in variants if v not in asked]
+            if config_key(failed) not in reasons:  # a stand-in for a move its sibling's failure implicates
+                rest = self._one_at_a_time(rest, other, reasons, measured)
+            out.extend(asked + rest)
+        return out
+
+    @staticmethod
+    def _one_at_a_time(variants: list[Params], name: str, reasons: dict[Any, tuple[str, str]],
+                       measured: dict[Any, float]) -> list[Params]:
+        """``variants`` (each another value of ``name``) by the best reading of their value so far,
+        up to and with the first that has not failed."""
+        best: dict[Any, float] = {}
+        for key, value in measured.items():
+            setting = dict(key).get(name)
+            best[setting] = max(best.get(setting, 0.0), value)
+        out: list[Params] = []
+        for v in sorted(variants, key=lambda v: -best.get(v.get(name), 0.0)):
+            out.append(v)
+            if config_key(v) not in reasons:
+                break
         return out
 
     def _named(self, failed: Params, why: tuple[str, str]) -> list[tuple[str, Any]]:

@@ -109,3 +109,41 @@ def test_with_two_in_flight_a_failing_start_is_left_for_the_move_that_may_fix_it
     crashed = [r.params for r in launched if r.failure_kind]
     assert crashed and all(p["moe_runner_backend"] == "marlin" for p in crashed)
     assert len(crashed) == 1, f"only the start crashes; moves from it were not launched while auto ran: {crashed}"
+
+
+NO_EP_SPACE = """\
+name: no-ep
+engine: sim
+scenario: e2e-scenario.yaml
+gpus_per_trial: 8
+base: {model_path: /m/slow, tp_size: 8}
+params:
+  moe_runner_backend: {choices: [auto, triton, marlin]}
+  ep_size: {choices: [1, 2, 4, 8]}
+  cuda_graph_max_bs: {choices: [16, 32]}
+benchmark: {concurrency: 16, input_len: 32, output_len: 64, warmup_s: 0.3, duration_s: 1.0, request_timeout_s: 5}
+"""
+
+
+def test_a_move_that_fails_for_a_kept_setting_is_not_tried_at_its_other_values(tmp_path: Path) -> None:
+    """marlin wins the runner's turn, then EP 2 fails with a log that blames marlin and names no EP
+    size: moving EP to 4 or 8 with marlin kept would fail alike, so the pass launches those EP sizes
+    with another runner instead (one failure, not three)."""
+
+    def marlin_without_ep(config: Config, before: int) -> float | tuple[FailureKind, str]:
+        runner, ep = config.params.get("moe_runner_backend", "auto"), config.params.get("ep_size", 1)
+        if runner == "marlin" and ep > 1:
+            return (FailureKind.CONFIG_ERROR, "server exited with code 1 during startup: "
+                    "AssertionError: marlin MoE does not support expert parallelism")
+        return 10.0 + (5.0 if runner == "marlin" else 0.0) + ep / 10
+
+    (tmp_path / "e2e-scenario.yaml").write_text((FIXTURES / "e2e-scenario.yaml").read_text())
+    (tmp_path / "space.yaml").write_text(NO_EP_SPACE)
+    opts = SweepOptions(space_path=str(tmp_path / "space.yaml"), db_path=str(tmp_path / "t.db"), budget=10,
+                        seed=0, study_name="no-ep", sampler="coordinate")
+    results, _ = scripted_sweep(opts, marlin_without_ep, io.StringIO())
+    runs = [r for r in results.runs if r.status.launched and r.params]
+    launched, failed = [r.params for r in runs], [r.params for r in runs if r.failure_kind]
+    assert [(p["moe_runner_backend"], p["ep_size"]) for p in failed] == [("marlin", 2)], failed
+    assert {p["ep_size"] for p in launched if p["moe_runner_backend"] != "marlin"} >= {2, 4, 8}, \
+        "each EP size is measured, with another runner than the one the log blames"
