@@ -49,8 +49,9 @@ class CoordinateSampler(WholeConfigSampler):
                     continue
                 variants = self._variants(current, param.name)
                 shunned = self._shunned(current, param.name, variants, reasons, tried)
-                variants += [r for v in variants if config_key(v) in reasons or config_key(v) in shunned
-                             for r in self._repairs(v, param.name, reasons, measured, shunned)]
+                causes = {**shunned, **reasons}  # why each failed (or implicated) variant needs a repair
+                variants += [r for v in variants if config_key(v) in causes
+                             for r in self._repairs(v, param.name, causes[config_key(v)], reasons, measured)]
                 if not self._not_the_cause(current, variants, reasons):
                     for v in variants:
                         key = config_key(v)
@@ -116,9 +117,10 @@ class CoordinateSampler(WholeConfigSampler):
         parallelism" at EP 2, with the cutlass runner kept), the same move to any other value of
         ``name`` would fail alike while that value is kept. The pass launches their repairs instead."""
         causes: list[tuple[str, str]] = []
+        values = self._values(name)
         for v in variants:
             why = reasons.get(config_key(v))
-            if why is None or any(self.learner.names_value(name, u, why[1]) for u in self._values(name)):
+            if why is None or any(self.learner.names_value(name, u, why[1]) for u in values):
                 continue
             if any(other != name and current.get(other) == value
                    for other, value in self._named(v, why) if self.learner.names_value(other, value, why[1])):
@@ -132,8 +134,8 @@ class CoordinateSampler(WholeConfigSampler):
         param = next(p for p in self.space.params if p.name == name)
         return list(param.values() or [])
 
-    def _repairs(self, failed: Params, name: str, reasons: dict[Any, tuple[str, str]],
-                 measured: dict[Any, float], shunned: dict[Any, tuple[str, str]] | None = None) -> list[Params]:
+    def _repairs(self, failed: Params, name: str, why: tuple[str, str], reasons: dict[Any, tuple[str, str]],
+                 measured: dict[Any, float]) -> list[Params]:
         """The failed variant with another value of each other setting its failure's log names:
         "DeepEP requires ep_size == tp_size (8)" after ``moe_a2a_backend=deepep`` failed at ep_size 1
         tries it at the other EP sizes, as one would by hand: first at the values the log names (EP 8),
@@ -142,7 +144,6 @@ class CoordinateSampler(WholeConfigSampler):
         implicates (:meth:`_shunned`: EP 4 with cutlass after "cutlass fp8 MoE does not support expert
         parallelism" at EP 2), one other value at a time, the one that read best so far first, and the
         next only if that one failed too: the pass measures EP 4 once, not once per runner."""
-        why = reasons.get(config_key(failed)) or (shunned or {})[config_key(failed)]
         out: list[Params] = []
         for other, value in self._named(failed, why):
             if other == name:
@@ -180,8 +181,7 @@ class CoordinateSampler(WholeConfigSampler):
 
     def _variants(self, current: Params, name: str) -> list[Params]:
         out: list[Params] = []
-        param = next(p for p in self.space.params if p.name == name)
-        for value in param.values() or []:
+        for value in self._values(name):
             try:
                 out.append(self.space.from_assignments({**current, name: value}).params)
             except ConfigError:  # forbidden: skip
