@@ -19,7 +19,7 @@ from core.slo import Slo
 from core.types import FailureKind
 from tuner.failure_rules import Learner, Observation, signature
 from tuner.space import SearchSpace
-from tuner.whole_config import WholeConfigSampler, config_key, history
+from tuner.whole_config import PASS_MARK, WholeConfigSampler, config_key, history
 
 Params = dict[str, Any]
 PASSES = 3
@@ -28,8 +28,13 @@ PASSES = 3
 class CoordinateSampler(WholeConfigSampler):
     """One-setting-at-a-time search over ``space`` (see module docstring)."""
 
-    def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool], passes: int = PASSES) -> None:
+    def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool], passes: int = PASSES,
+                 follow_best: bool = False) -> None:
+        """``follow_best``: after each setting, stand on the best measured configuration of the study if
+        it reads higher than the best move of that setting (a move of an earlier setting, measured
+        while this one was proposed with two trials in flight), instead of keeping one line."""
         self.space = space
+        self.follow_best = follow_best
         self.blocked = blocked
         self.passes = passes
         self.learner = Learner(space)
@@ -42,6 +47,7 @@ class CoordinateSampler(WholeConfigSampler):
         reasons = {config_key(t.params): (str(t.user_attrs.get("failure_kind", "")),
                                           str(t.user_attrs.get("failure_reason", "")))
                    for t in trials if t.params and t.user_attrs.get("status") == "infeasible"}
+        passed = self._first_pass(trials) if self.follow_best else {}
         current = self.space.from_assignments({}).params
         for _ in range(self.passes):
             for param in self.space.params:
@@ -60,6 +66,8 @@ class CoordinateSampler(WholeConfigSampler):
                 scored = [(measured[config_key(v)], v) for v in variants if config_key(v) in measured]
                 if scored:
                     current = max(scored, key=lambda sv: sv[0])[1]
+                    if self.follow_best:
+                        current = self._best_by_then(current, variants, measured, passed)
                 elif config_key(current) in reasons and (pending := self._in_flight(variants, running)):
                     current = pending  # standing on a failure: go on from the variant that may have fixed it
                 elif self.slos:  # none met the objectives yet: the one that came closest
@@ -80,6 +88,31 @@ class CoordinateSampler(WholeConfigSampler):
         own = signature(*why)
         return any(k != key and k in reasons and signature(*reasons[k]) == own
                    for k in map(config_key, variants))
+
+    @staticmethod
+    def _first_pass(trials: Sequence[FrozenTrial]) -> dict[Any, int]:
+        """Key -> trial number of each configuration the pass proposed (:data:`PASS_MARK`) before the
+        first proposal that was not the pass's (re-measures, asked for by the study, left out)."""
+        out: dict[Any, int] = {}
+        for t in sorted(trials, key=lambda t: t.number):
+            if not t.params or "fixed_params" in t.system_attrs:
+                continue
+            if not t.system_attrs.get(PASS_MARK):
+                break
+            out.setdefault(config_key(t.params), t.number)
+        return out
+
+    @staticmethod
+    def _best_by_then(current: Params, variants: list[Params], measured: dict[Any, float],
+                      passed: dict[Any, int]) -> Params:
+        """The best measured configuration the pass launched (``passed``: key -> first trial number) no
+        later than the last of ``variants`` (the moves of the setting just walked), if it reads higher
+        than ``current``, else ``current``. Later launches are left out, so the walk does not move with
+        the model's proposals after the pass."""
+        then = max((passed[k] for k in map(config_key, variants) if k in passed), default=-1)
+        known = [k for k in measured if passed.get(k, then + 1) <= then]
+        best = max(known, key=lambda k: measured[k], default=None)
+        return dict(best) if best is not None and measured[best] > measured[config_key(current)] else current
 
     @staticmethod
     def _in_flight(variants: list[Params], running: list[Params]) -> Params | None:

@@ -47,7 +47,7 @@ from tuner.failure_rules import Learner, Observation
 from tuner.pair_model import SparsePairModel
 from tuner.space import SearchSpace
 from tuner.space_filling import farthest, most_new_pairs
-from tuner.whole_config import WholeConfigSampler, config_key, history
+from tuner.whole_config import PASS_MARK, WholeConfigSampler, config_key, history
 
 SURPRISE_SIGMAS = 2.0  # a reading this many standard deviations below the model's expectation ...
 SURPRISE_NEAR_BEST = 0.97  # ... of a configuration expected within 3% of the best is measured again
@@ -156,7 +156,7 @@ class PairwiseModelSampler(WholeConfigSampler):
         if start_with_one_pass:
             from tuner.coordinate import CoordinateSampler
 
-            self.start = CoordinateSampler(space, blocked, passes=1)
+            self.start = CoordinateSampler(space, blocked, passes=1, follow_best=True)
         self._slos: tuple[Slo, ...] = ()
         self._slo_readings: list[tuple[np.ndarray, dict[str, Any]]] = []
         self._slo_missed: set[Any] = set()
@@ -221,6 +221,7 @@ class PairwiseModelSampler(WholeConfigSampler):
         if self.start is not None:  # one setting at a time from the first values, then the model
             first = self.start.propose(trials, number)
             if first is not None:
+                self._mark = PASS_MARK
                 return first
             if self._model_from is None:
                 self._model_from = number

@@ -16,6 +16,7 @@ from tuner.space import SearchSpace
 
 Params = dict[str, Any]
 Key = tuple[tuple[str, Any], ...]
+PASS_MARK = "one_setting_pass"  # a trial's system attribute: its configuration came from the one-setting pass
 
 
 class WholeConfigSampler(BaseSampler):
@@ -24,6 +25,8 @@ class WholeConfigSampler(BaseSampler):
 
     space: SearchSpace
     _fallback: BaseSampler = RandomSampler(seed=0)
+    # set by :meth:`propose` to a system attribute the proposed trial gets (:data:`PASS_MARK`), or None
+    _mark: str | None = None
 
     def propose(self, trials: Sequence[FrozenTrial], number: int) -> Params | None:
         """The configuration for trial ``number`` given the study's trials (None: nothing left)."""
@@ -38,7 +41,11 @@ class WholeConfigSampler(BaseSampler):
         """The proposal ({} when there is none)."""
         if not search_space:
             return {}
-        return self.propose(study.get_trials(deepcopy=False), trial.number) or {}
+        self._mark = None
+        params = self.propose(study.get_trials(deepcopy=False), trial.number) or {}
+        if params and self._mark is not None and "fixed_params" not in trial.system_attrs:
+            study._storage.set_trial_system_attr(trial._trial_id, self._mark, True)
+        return params
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
