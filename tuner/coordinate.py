@@ -30,9 +30,10 @@ class CoordinateSampler(WholeConfigSampler):
 
     def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool], passes: int = PASSES,
                  follow_best: bool = False) -> None:
-        """``follow_best``: after each setting, stand on the best measured configuration of the study if
-        it reads higher than the best move of that setting (a move of an earlier setting, measured
-        while this one was proposed with two trials in flight), instead of keeping one line."""
+        """``follow_best``: after each setting, go on from the best configuration the pass launched by
+        then (:meth:`_best_by_then`) where it reads higher than that setting's best move: with two
+        trials in flight, a move proposed from a near tie that later lost its turn can be the best
+        the pass has measured (the model sampler's pass; the baseline strategy keeps one line)."""
         self.space = space
         self.follow_best = follow_best
         self.blocked = blocked

@@ -22,6 +22,7 @@ from tuner.model_sampler import PairwiseModelSampler
 from tuner.space_loader import load_space
 from tuner.study import Sweep
 from tuner.sweep_state import SweepOptions
+from tuner.whole_config import PASS_MARK
 from workers.sim.offline import OfflineModel
 
 SPACE = load_space(FIXTURES / "e2e-space.yaml")
@@ -206,3 +207,45 @@ def test_the_sweep_runs_the_models_linear_algebra_on_one_thread(tmp_path: Path, 
         after = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
     assert seen and set(seen) == {1}
     assert set(after) == {2}  # given back when the sweep ends
+
+
+def _pass_study(history: list[tuple[dict[str, Any], float, bool]]) -> optuna.Study:
+    """A study of (params, reading, proposed by the one-setting pass) trials, in order."""
+    study = optuna.create_study(direction="maximize")
+    dists = {p.name: p.distribution() for p in SPACE.params}
+    for params, reading, by_pass in history:
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=reading,
+                                                  user_attrs={"status": "ok"},
+                                                  system_attrs={PASS_MARK: True} if by_pass else {}))
+    return study
+
+
+def test_the_pass_goes_on_from_the_best_it_launched_not_from_a_near_tie_measured_late() -> None:
+    """Two in flight: triton (measured last, 1% above auto) wins the runner's turn after EP 2 was
+    measured from auto at +50%, and EP 2 with triton reads low. The pass goes on from auto + EP 2,
+    the best it launched by then, not from triton + EP 1; a later proposal that was not the pass's
+    (the model's, reading higher still) does not move it."""
+    def c(runner: str, ep: int, graphs: int = 16, checkpoint: str = "slow") -> dict[str, Any]:
+        return {"checkpoint": checkpoint, "moe_runner_backend": runner, "ep_size": ep, "cuda_graph_max_bs": graphs}
+
+    walked = [(c("auto", 1), 10.0, True), (c("auto", 1, checkpoint="fast"), 9.0, True),
+              (c("auto", 2), 15.0, True),  # proposed from auto while triton ran
+              (c("triton", 1), 10.1, True), (c("marlin", 1), 9.0, True), (c("triton", 2), 9.0, True)]
+    sampler = PairwiseModelSampler(SPACE, blocked=lambda p: False, seed=0, start_with_one_pass=True)
+    assert sampler.propose(_pass_study(walked).get_trials(), number=len(walked)) == c("auto", 2, 32)
+
+    later = [*walked, (c("marlin", 2, 64, "fast"), 20.0, False)]
+    assert sampler.propose(_pass_study(later).get_trials(), number=len(later)) == c("auto", 2, 32)
+
+
+def test_the_one_setting_pass_marks_the_trials_it_proposed(tmp_path: Path) -> None:
+    """The offline loop with the model sampler: the pass's proposals carry :data:`PASS_MARK`, the
+    model's after it do not (so a resumed sweep tells them apart)."""
+    opts = SweepOptions(space_path=str(FIXTURES / "e2e-space.yaml"), db_path=str(tmp_path / "t.db"), budget=14,
+                        seed=0, study_name="marks", sampler="model", offline=True)
+    Sweep(opts, lambda n, b, s: SweepView(Console(file=io.StringIO()), n, b, s)).run()
+    study = optuna.load_study(study_name="marks", storage=f"sqlite:///{tmp_path / 't.db'}")
+    proposed = [t for t in study.get_trials() if t.params and "fixed_params" not in t.system_attrs]
+    marks = [bool(t.system_attrs.get(PASS_MARK)) for t in proposed]
+    assert marks[0] and not marks[-1], marks
+    assert marks == sorted(marks, reverse=True), f"the pass's proposals come first: {marks}"
