@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial
 
 from core.errors import ConfigError
 from core.slo import Slo
-from core.types import FailureKind
+from core.types import FailureKind, RunStatus
 from tuner.failure_rules import Learner, Observation, signature
 from tuner.space import SearchSpace
 from tuner.whole_config import PASS_MARK, WholeConfigSampler, config_key, history
@@ -47,7 +47,7 @@ class CoordinateSampler(WholeConfigSampler):
         tried = {*measured, *map(config_key, failed), *map(config_key, running)}
         reasons = {config_key(t.params): (str(t.user_attrs.get("failure_kind", "")),
                                           str(t.user_attrs.get("failure_reason", "")))
-                   for t in trials if t.params and t.user_attrs.get("status") == "infeasible"}
+                   for t in trials if t.params and t.user_attrs.get("status") == RunStatus.INFEASIBLE}
         passed = self._first_pass(trials) if self.follow_best else {}
         current = self.space.from_assignments({}).params
         for _ in range(self.passes):

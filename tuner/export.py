@@ -20,6 +20,7 @@ import yaml
 from core.errors import ConfigError, StudyError
 from core.flags import BUNDLED_VERSIONS, FlagTable
 from core.redact import REDACTED, is_secret_option
+from core.types import RunStatus
 from db.store import RunRow, SweepRow
 from tuner.results import SweepResults, load_results
 
@@ -107,7 +108,7 @@ def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3", samples
         + (f" (median of {len(samples)} measurements: {', '.join(f'{v:.2f}' for v in samples)})"
            if samples and len(samples) > 1 else ""),
         *([f"# status: {run.status} ({run.failure_kind}): {run.failure_reason[:200]}".replace("\n", " ")]
-          if run.status != "ok" else []),
+          if run.status != RunStatus.OK else []),
         f"# TTFT p50/p99: {_fmt(ttft.get('p50'))} / {_fmt(ttft.get('p99'))} ms   TPOT p50: "
         f"{_fmt(tpot.get('p50'), 2)} ms   gate: {gate}",
         f"# GPUs: {sweep.gpu_count} x {sweep.gpu_name} ({sweep.gpu_arch or '?'}, driver {sweep.driver})",

@@ -113,7 +113,7 @@ class SweepResults:
         """How many launched runs failed, per failure kind."""
         out: dict[str, int] = {}
         for r in self.runs:
-            if r.status in ("infeasible", "failed") and r.failure_kind:
+            if r.status in (RunStatus.INFEASIBLE, RunStatus.FAILED) and r.failure_kind:
                 out[r.failure_kind] = out.get(r.failure_kind, 0) + 1
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
