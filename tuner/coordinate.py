@@ -19,7 +19,7 @@ from core.slo import Slo
 from core.types import FailureKind, RunStatus
 from tuner.failure_rules import Learner, Observation, signature
 from tuner.space import SearchSpace
-from tuner.whole_config import PASS_MARK, WholeConfigSampler, config_key, history
+from tuner.whole_config import PASS_MARK, WholeConfigSampler, config_key, history, queued
 
 Params = dict[str, Any]
 PASSES = 3
@@ -96,7 +96,7 @@ class CoordinateSampler(WholeConfigSampler):
         first proposal that was not the pass's (re-measures, asked for by the study, left out)."""
         out: dict[Any, int] = {}
         for t in sorted(trials, key=lambda t: t.number):
-            if not t.params or "fixed_params" in t.system_attrs:
+            if not t.params or queued(t):
                 continue
             if not t.system_attrs.get(PASS_MARK):
                 break
@@ -111,7 +111,7 @@ class CoordinateSampler(WholeConfigSampler):
         than ``current``, else ``current``. Later launches are left out, so the walk does not move with
         the model's proposals after the pass."""
         then = max((passed[k] for k in map(config_key, variants) if k in passed), default=-1)
-        known = [k for k in measured if passed.get(k, then + 1) <= then]
+        known = [k for k in measured if k in passed and passed[k] <= then]
         best = max(known, key=lambda k: measured[k], default=None)
         return dict(best) if best is not None and measured[best] > measured[config_key(current)] else current
 

@@ -19,6 +19,12 @@ Key = tuple[tuple[str, Any], ...]
 PASS_MARK = "one_setting_pass"  # a trial's system attribute: its configuration came from the one-setting pass
 
 
+def queued(trial: FrozenTrial) -> bool:
+    """Was ``trial`` queued with its settings (``enqueue_trial``: a re-measure, a retry), rather than
+    proposed by the sampler?"""
+    return "fixed_params" in trial.system_attrs
+
+
 class WholeConfigSampler(BaseSampler):
     """Optuna's sampler interface over :meth:`propose`: every parameter is in the relative search
     space, so a proposal fixes them all (inactive conditional ones are simply never suggested)."""
@@ -43,7 +49,7 @@ class WholeConfigSampler(BaseSampler):
             return {}
         self._mark = None
         params = self.propose(study.get_trials(deepcopy=False), trial.number) or {}
-        if params and self._mark is not None and "fixed_params" not in trial.system_attrs:
+        if params and self._mark is not None and not queued(trial):
             study._storage.set_trial_system_attr(trial._trial_id, self._mark, True)
         return params
 

@@ -22,7 +22,7 @@ from tuner.model_sampler import PairwiseModelSampler
 from tuner.space_loader import load_space
 from tuner.study import Sweep
 from tuner.sweep_state import SweepOptions
-from tuner.whole_config import PASS_MARK
+from tuner.whole_config import PASS_MARK, queued
 from workers.sim.offline import OfflineModel
 
 SPACE = load_space(FIXTURES / "e2e-space.yaml")
@@ -245,7 +245,7 @@ def test_the_one_setting_pass_marks_the_trials_it_proposed(tmp_path: Path) -> No
                         seed=0, study_name="marks", sampler="model", offline=True)
     Sweep(opts, lambda n, b, s: SweepView(Console(file=io.StringIO()), n, b, s)).run()
     study = optuna.load_study(study_name="marks", storage=f"sqlite:///{tmp_path / 't.db'}")
-    proposed = [t for t in study.get_trials() if t.params and "fixed_params" not in t.system_attrs]
+    proposed = [t for t in study.get_trials() if t.params and not queued(t)]
     marks = [bool(t.system_attrs.get(PASS_MARK)) for t in proposed]
     assert marks[0] and not marks[-1], marks
     assert marks == sorted(marks, reverse=True), f"the pass's proposals come first: {marks}"
