@@ -146,7 +146,8 @@ class PairwiseModelSampler(WholeConfigSampler):
         self.blocked = blocked
         self.feasibility = feasibility or (lambda _: 1.0)
         self.judge = judge
-        self.rng = random.Random(seed)
+        self.seed = seed
+        self.rng = random.Random(seed)  # drawn afresh for each proposal (:meth:`propose`)
         self.init_design = init_design
         self.enc = Encoding(space)
         self.learner = Learner(space)
@@ -210,7 +211,11 @@ class PairwiseModelSampler(WholeConfigSampler):
 
     # ---- the proposal --------------------------------------------------------------------------
     def propose(self, trials: Sequence[FrozenTrial], number: int) -> Params | None:
-        """The configuration with the best expected improvement, given the study's trials."""
+        """The configuration with the best expected improvement, given the study's trials. With a
+        seed, its random draws depend only on the seed and ``number``: a resumed sweep proposes what
+        the uninterrupted one would have, given the same trials."""
+        if self.seed is not None:
+            self.rng = random.Random(f"{self.seed}:{number}")
         measured, failed, running = history(trials, number)
         self._note_slo_readings(trials)
         seen = {*measured, *map(config_key, failed), *map(config_key, running)}

@@ -249,3 +249,24 @@ def test_the_one_setting_pass_marks_the_trials_it_proposed(tmp_path: Path) -> No
     marks = [bool(t.system_attrs.get(PASS_MARK)) for t in proposed]
     assert marks[0] and not marks[-1], marks
     assert marks == sorted(marks, reverse=True), f"the pass's proposals come first: {marks}"
+
+
+def _offline_sweep(tmp_path: Path, budget: int) -> list[tuple[Any, ...]]:
+    """Run (or resume) one seeded offline sweep of DeepSeek-V3 to ``budget`` launches; every trial's
+    number, configuration and reading."""
+    opts = SweepOptions(space_path=str(DEEPSEEK_V3), db_path=str(tmp_path / "r.db"), budget=budget, seed=4,
+                        study_name="resume", sampler="model", offline=True)
+    Sweep(opts, lambda n, b, s: SweepView(Console(file=io.StringIO()), n, b, s)).run()
+    study = optuna.load_study(study_name="resume", storage=f"sqlite:///{tmp_path / 'r.db'}")
+    return [(t.number, sorted(t.params.items()), t.value) for t in study.get_trials()]
+
+
+def test_a_resumed_sweep_proposes_what_the_uninterrupted_one_would(tmp_path: Path) -> None:
+    """With one trial in flight, a seeded sweep stopped after the pass and resumed launches the same
+    configurations, read alike, as one run straight to the budget: the model's random draws depend on
+    the seed and the trial's number, not on how many proposals this process made."""
+    straight = _offline_sweep(tmp_path / "straight", 30)
+    _offline_sweep(tmp_path / "resumed", 24)
+    resumed = _offline_sweep(tmp_path / "resumed", 30)
+    assert len(straight) >= 30
+    assert resumed == straight
