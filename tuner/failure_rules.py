@@ -6,7 +6,8 @@ resumed sweep derives the same rules, and a rule that a success contradicts is g
 *signature* (kind plus the reason line with its numbers blanked):
 
 1. **Named by the log.** The parameters whose setting the reason line names (an option, a dest name,
-   a value such as ``mxfp4``, a checkpoint format as SGLang calls it: ``modelopt_fp4``), or whose
+   a value such as ``mxfp4``, a checkpoint format as SGLang calls it: ``modelopt_fp4``, a backend or
+   a parallelism in words: "FlashAttention v3", "expert parallelism"), or whose
    *other* value it names ("supports only the modelopt_fp4 quantization" on an MXFP4 checkpoint),
    form the rule's core; if a success has that core, the smallest set of the failing
    configuration's other settings that makes it consistent is added.
@@ -50,6 +51,11 @@ CHECKPOINT_DESTS = ("model_path", "quantization")
 # How SGLang's messages spell an attention backend in words ("FlashAttention v3 Backend requires SM>=80
 # and SM<=90" is --attention-backend fa3): the phrase, and the value's word it stands for.
 BACKEND_PHRASES = ((re.compile(r"\bflash[ _-]?attention[ _-]?(?:v|version[ _-]?)?([34])\b", re.IGNORECASE), "fa{}"),)
+# How they name a parallelism setting in words, as its long option does (``--expert-parallel-size`` is
+# ``--ep-size``): "cutlass fp8 MoE does not support expert parallelism" names ``ep_size``. Not "data
+# parallel": three options say it (``--dp-size``, ``--attn-dp-size``, ``--moe-dp-size``).
+PARALLEL_PHRASES = tuple((re.compile(rf"\b{word}[ _-]?parallel(?:ism|[ _-]?size)?\b", re.IGNORECASE), dest)
+                         for word, dest in (("tensor", "tp_size"), ("pipeline", "pp_size"), ("expert", "ep_size")))
 # The tool's own words about a failure's exit status ("exited with code 1", "(exit 137)") name no setting.
 EXIT_STATUS = re.compile(r"exited with code -?\d+|\(exit -?\d+\)")
 # A log line that compares or negates does not state plainly which values a setting needs.
@@ -124,7 +130,8 @@ def signature(kind: str, reason: str) -> str:
 def _tokens(text: str) -> set[str]:
     words = {t.lower() for t in re.findall(r"[A-Za-z0-9_./-]+", text)} | {
         t.lower() for t in re.findall(r"[A-Za-z0-9_]+", text)}
-    return words | {word.format(*m.groups()) for phrase, word in BACKEND_PHRASES for m in phrase.finditer(text)}
+    return words | {word.format(*m.groups()) for phrase, word in (*BACKEND_PHRASES, *PARALLEL_PHRASES)
+                    for m in phrase.finditer(text)}
 
 
 class Learner:

@@ -202,6 +202,37 @@ def test_a_log_naming_the_backend_in_words_puts_the_backend_in_the_rule(write_ya
                                  cuda_graph_max_bs=32)) == [("attention_backend", "fa3")]
 
 
+RUNNERS = """
+name: runners
+engine: sglang
+gpus_per_trial: 8
+base: {model_path: /m, tp_size: 8}
+params:
+  moe_runner_backend: {choices: [auto, cutlass]}
+  ep_size: {choices: [1, 2, 4, 8]}
+  attention_backend: {choices: [fa3, triton]}
+  cuda_graph_max_bs: {choices: [32, 64]}
+"""
+CUTLASS_EP = ("server exited with code 1 during startup: AssertionError: cutlass fp8 MoE does not support "
+              "expert parallelism")
+
+
+def test_a_log_naming_expert_parallelism_in_words_puts_ep_size_in_the_rule(write_yaml: Any) -> None:
+    # SGLang's words: "expert parallel" is --ep-size (its long option --expert-parallel-size)
+    lr = Learner(load_space(write_yaml(RUNNERS)))
+    runs = [ok(1, moe_runner_backend="cutlass", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=32),
+            ok(2, moe_runner_backend="auto", ep_size=8, attention_backend="triton", cuda_graph_max_bs=32),
+            failed(3, "config_error", CUTLASS_EP, moe_runner_backend="cutlass", ep_size=8, attention_backend="triton",
+                   cuda_graph_max_bs=64)]
+    assert lr.named_pairs(runs[2]) == [("ep_size", 8), ("moe_runner_backend", "cutlass")]
+    [rule] = lr.learn(runs)
+    assert rule.describe(lr.domains) == ("ep_size=8 with moe_runner_backend=cutlass -> config_error, "
+                                         "from trial 3 (named by the log)")
+    assert rule.confirmed, "two settings the log names: stopped before a second launch"
+    assert not rule.matches({"moe_runner_backend": "cutlass", "ep_size": 1, "attention_backend": "triton",
+                             "cuda_graph_max_bs": 64})
+
+
 def test_doubt_is_shared_among_explanations_and_grows_with_the_failures(write_yaml: Any) -> None:
     from tuner.failure_rules import SUSPECT_ODDS
     from tuner.rule_book import RuleBook
