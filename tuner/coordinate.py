@@ -29,13 +29,15 @@ class CoordinateSampler(WholeConfigSampler):
     """One-setting-at-a-time search over ``space`` (see module docstring)."""
 
     def __init__(self, space: SearchSpace, blocked: Callable[[Params], bool], passes: int = PASSES,
-                 follow_best: bool = False) -> None:
+                 follow_best: bool = False, skip_foretold: bool = False) -> None:
         """``follow_best``: after each setting, go on from the best configuration the pass launched by
         then (:meth:`_best_by_then`) where it reads higher than that setting's best move: with two
         trials in flight, a move proposed from a near tie that later lost its turn can be the best
-        the pass has measured (the model sampler's pass; the baseline strategy keeps one line)."""
+        the pass has measured; ``skip_foretold``: leave out a move that would repeat a failure
+        (:meth:`_foretold`). Both for the model sampler's pass; the baseline strategy walks as by hand."""
         self.space = space
         self.follow_best = follow_best
+        self.skip_foretold = skip_foretold
         self.blocked = blocked
         self.passes = passes
         self.learner = Learner(space)
@@ -62,7 +64,8 @@ class CoordinateSampler(WholeConfigSampler):
                 if not self._not_the_cause(current, variants, reasons):
                     for v in variants:
                         key = config_key(v)
-                        if key not in tried and key not in shunned and not self.blocked(v):
+                        if key not in tried and key not in shunned and not self.blocked(v) and \
+                                not (self.skip_foretold and self._foretold(v, reasons, measured)):
                             return v
                 scored = [(measured[config_key(v)], v) for v in variants if config_key(v) in measured]
                 if scored:
@@ -89,6 +92,17 @@ class CoordinateSampler(WholeConfigSampler):
         own = signature(*why)
         return any(k != key and k in reasons and signature(*reasons[k]) == own
                    for k in map(config_key, variants))
+
+    def _foretold(self, variant: Params, reasons: dict[Any, tuple[str, str]], measured: dict[Any, float]) -> bool:
+        """Would ``variant`` fail as a launch already did? So when it keeps every setting that failure's
+        log names ("mooncake EP needs at least 4 ranks": ``moe_a2a_backend=mooncake``) and no launch
+        with those settings ran: the pass walked on (another runner) and the move would repeat it."""
+        for key, why in reasons.items():
+            named = self._named(dict(key), why)
+            if named and all(variant.get(n) == value for n, value in named) and not any(
+                    all(dict(m).get(n) == value for n, value in named) for m in measured):
+                return True
+        return False
 
     @staticmethod
     def _first_pass(trials: Sequence[FrozenTrial]) -> dict[Any, int]:

@@ -157,7 +157,7 @@ class PairwiseModelSampler(WholeConfigSampler):
         if start_with_one_pass:
             from tuner.coordinate import CoordinateSampler
 
-            self.start = CoordinateSampler(space, blocked, passes=1, follow_best=True)
+            self.start = CoordinateSampler(space, blocked, passes=1, follow_best=True, skip_foretold=True)
         self._slos: tuple[Slo, ...] = ()
         self._slo_readings: list[tuple[np.ndarray, dict[str, Any]]] = []
         self._slo_missed: set[Any] = set()
