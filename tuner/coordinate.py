@@ -34,7 +34,7 @@ class CoordinateSampler(WholeConfigSampler):
         then (:meth:`_best_by_then`) where it reads higher than that setting's best move: with two
         trials in flight, a move proposed from a near tie that later lost its turn can be the best
         the pass has measured; ``skip_foretold``: leave out a move that would repeat a failure
-        (:meth:`_foretold`). Both for the model sampler's pass; the baseline strategy walks as by hand."""
+        (:meth:`_foretelling`). Both for the model sampler's pass; the baseline strategy walks as by hand."""
         self.space = space
         self.follow_best = follow_best
         self.skip_foretold = skip_foretold
@@ -51,6 +51,7 @@ class CoordinateSampler(WholeConfigSampler):
                                           str(t.user_attrs.get("failure_reason", "")))
                    for t in trials if t.params and t.user_attrs.get("status") == RunStatus.INFEASIBLE}
         passed = self._first_pass(trials) if self.follow_best else {}
+        foretold = self._foretelling(reasons, measured) if self.skip_foretold else []
         current = self.space.from_assignments({}).params
         for _ in range(self.passes):
             for param in self.space.params:
@@ -65,7 +66,7 @@ class CoordinateSampler(WholeConfigSampler):
                     for v in variants:
                         key = config_key(v)
                         if key not in tried and key not in shunned and not self.blocked(v) and \
-                                not (self.skip_foretold and self._foretold(v, reasons, measured)):
+                                not any(_keeps(v, named) for named in foretold):
                             return v
                 scored = [(measured[config_key(v)], v) for v in variants if config_key(v) in measured]
                 if scored:
@@ -93,16 +94,17 @@ class CoordinateSampler(WholeConfigSampler):
         return any(k != key and k in reasons and signature(*reasons[k]) == own
                    for k in map(config_key, variants))
 
-    def _foretold(self, variant: Params, reasons: dict[Any, tuple[str, str]], measured: dict[Any, float]) -> bool:
-        """Would ``variant`` fail as a launch already did? So when it keeps every setting that failure's
-        log names ("mooncake EP needs at least 4 ranks": ``moe_a2a_backend=mooncake``) and no launch
-        with those settings ran: the pass walked on (another runner) and the move would repeat it."""
+    def _foretelling(self, reasons: dict[Any, tuple[str, str]],
+                     measured: dict[Any, float]) -> list[list[tuple[str, Any]]]:
+        """For each failure whose log names settings ("mooncake EP needs at least 4 ranks":
+        ``moe_a2a_backend=mooncake``) where no measured launch had them all, those settings: a move
+        that keeps them would fail alike (the pass walked on, from another runner, and would repeat it)."""
+        out = []
         for key, why in reasons.items():
             named = self._named(dict(key), why)
-            if named and all(variant.get(n) == value for n, value in named) and not any(
-                    all(dict(m).get(n) == value for n, value in named) for m in measured):
-                return True
-        return False
+            if named and not any(_keeps(dict(m), named) for m in measured):
+                out.append(named)
+        return out
 
     @staticmethod
     def _first_pass(trials: Sequence[FrozenTrial]) -> dict[Any, int]:
@@ -235,3 +237,8 @@ class CoordinateSampler(WholeConfigSampler):
             except ConfigError:  # forbidden: skip
                 continue
         return out
+
+
+def _keeps(params: Params, pairs: list[tuple[str, Any]]) -> bool:
+    """Does ``params`` have every setting of ``pairs``?"""
+    return all(params.get(name) == value for name, value in pairs)

@@ -238,13 +238,19 @@ def test_the_pass_goes_on_from_the_best_it_launched_not_from_a_near_tie_measured
     assert sampler.propose(_pass_study(later).get_trials(), number=len(later)) == c("auto", 2, 32)
 
 
+def _offline_study(tmp_path: Path, space: Path, budget: int, seed: int) -> optuna.Study:
+    """Run (or resume) the offline loop with the model sampler over ``space`` to ``budget`` launches,
+    in a database under ``tmp_path``; its study."""
+    opts = SweepOptions(space_path=str(space), db_path=str(tmp_path / "t.db"), budget=budget, seed=seed,
+                        study_name="offline", sampler="model", offline=True)
+    Sweep(opts, lambda n, b, s: SweepView(Console(file=io.StringIO()), n, b, s)).run()
+    return optuna.load_study(study_name="offline", storage=f"sqlite:///{tmp_path / 't.db'}")
+
+
 def test_the_one_setting_pass_marks_the_trials_it_proposed(tmp_path: Path) -> None:
     """The offline loop with the model sampler: the pass's proposals carry :data:`PASS_MARK`, the
     model's after it do not (so a resumed sweep tells them apart)."""
-    opts = SweepOptions(space_path=str(FIXTURES / "e2e-space.yaml"), db_path=str(tmp_path / "t.db"), budget=14,
-                        seed=0, study_name="marks", sampler="model", offline=True)
-    Sweep(opts, lambda n, b, s: SweepView(Console(file=io.StringIO()), n, b, s)).run()
-    study = optuna.load_study(study_name="marks", storage=f"sqlite:///{tmp_path / 't.db'}")
+    study = _offline_study(tmp_path, FIXTURES / "e2e-space.yaml", budget=14, seed=0)
     proposed = [t for t in study.get_trials() if t.params and not queued(t)]
     marks = [bool(t.system_attrs.get(PASS_MARK)) for t in proposed]
     assert marks[0] and not marks[-1], marks
@@ -254,10 +260,7 @@ def test_the_one_setting_pass_marks_the_trials_it_proposed(tmp_path: Path) -> No
 def _offline_sweep(tmp_path: Path, budget: int) -> list[tuple[Any, ...]]:
     """Run (or resume) one seeded offline sweep of DeepSeek-V3 to ``budget`` launches; every trial's
     number, configuration and reading."""
-    opts = SweepOptions(space_path=str(DEEPSEEK_V3), db_path=str(tmp_path / "r.db"), budget=budget, seed=4,
-                        study_name="resume", sampler="model", offline=True)
-    Sweep(opts, lambda n, b, s: SweepView(Console(file=io.StringIO()), n, b, s)).run()
-    study = optuna.load_study(study_name="resume", storage=f"sqlite:///{tmp_path / 'r.db'}")
+    study = _offline_study(tmp_path, DEEPSEEK_V3, budget=budget, seed=4)
     return [(t.number, sorted(t.params.items()), t.value) for t in study.get_trials()]
 
 
