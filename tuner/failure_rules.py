@@ -6,11 +6,13 @@ resumed sweep derives the same rules, and a rule that a success contradicts is g
 *signature* (kind plus the reason line with its numbers blanked):
 
 1. **Named by the log.** The parameters whose setting the reason line names (an option, a dest name,
-   a value such as ``mxfp4``, a checkpoint format as SGLang calls it: ``modelopt_fp4``, a backend or
-   a parallelism in words: "FlashAttention v3", "expert parallelism"), or whose
-   *other* value it names ("supports only the modelopt_fp4 quantization" on an MXFP4 checkpoint),
+   a value such as ``mxfp4``, a checkpoint format as SGLang calls it: ``modelopt_fp4``, a backend, a
+   parallelism or the draft width in words: "FlashAttention v3", "expert parallelism", "topk"), or
+   whose *other* value it names ("supports only the modelopt_fp4 quantization" on an MXFP4 checkpoint),
    form the rule's core; if a success has that core, the smallest set of the failing
-   configuration's other settings that makes it consistent is added.
+   configuration's other settings that makes it consistent is added. Where the line states the
+   values it needs ("requires ep_size == tp_size (8)"), or names a parallelism as a feature (every
+   size above 1 then), the rule covers the setting's other values too, unless a success has them.
 2. **By contrast.** Otherwise, the smallest set of setting=value pairs present in every failure of
    the signature and in no success (up to :data:`MAX_RULE_SIZE` pairs). When several sets of that
    size fit, each becomes a *suspected* rule until more launches tell them apart (never a guess),
@@ -51,11 +53,19 @@ CHECKPOINT_DESTS = ("model_path", "quantization")
 # How SGLang's messages spell an attention backend in words ("FlashAttention v3 Backend requires SM>=80
 # and SM<=90" is --attention-backend fa3): the phrase, and the value's word it stands for.
 BACKEND_PHRASES = ((re.compile(r"\bflash[ _-]?attention[ _-]?(?:v|version[ _-]?)?([34])\b", re.IGNORECASE), "fa{}"),)
-# How they name a parallelism setting in words, as its long option does (``--expert-parallel-size`` is
-# ``--ep-size``): "cutlass fp8 MoE does not support expert parallelism" names ``ep_size``. Not "data
-# parallel": three options say it (``--dp-size``, ``--attn-dp-size``, ``--moe-dp-size``).
-PARALLEL_PHRASES = tuple((re.compile(rf"\b{word}[ _-]?parallel(?:ism|[ _-]?size)?\b", re.IGNORECASE), dest)
-                         for word, dest in (("tensor", "tp_size"), ("pipeline", "pp_size"), ("expert", "ep_size")))
+# How they name a setting in words: a parallelism as its long option does (``--expert-parallel-size`` is
+# ``--ep-size``): "cutlass fp8 MoE does not support expert parallelism" names ``ep_size``; not "data
+# parallel": three options say it (``--dp-size``, ``--attn-dp-size``, ``--moe-dp-size``). And the draft
+# tree's width as SGLang's checks spell ``--speculative-eagle-topk``: "trtllm_mha backend only supports
+# topk = 1", "triton attention with topk > 1 is not supported in CUDA graphs".
+PARALLELISMS = (("tensor", "tp_size"), ("pipeline", "pp_size"), ("expert", "ep_size"))
+SETTING_PHRASES = (*((re.compile(rf"\b{word}[ _-]?parallel(?:ism|[ _-]?size)?\b", re.IGNORECASE), dest)
+                     for word, dest in PARALLELISMS),
+                   (re.compile(r"\btopk\b", re.IGNORECASE), "speculative_eagle_topk"))
+# A parallelism named as a feature, not as a size, is that size above 1 ("does not support expert
+# parallelism" at EP 2 is about EP 4 and 8 as well).
+PARALLELISM_FEATURES = tuple((re.compile(rf"\b{word}[ _-]?parallelism\b", re.IGNORECASE), dest)
+                             for word, dest in PARALLELISMS)
 # The tool's own words about a failure's exit status ("exited with code 1", "(exit 137)") name no setting.
 EXIT_STATUS = re.compile(r"exited with code -?\d+|\(exit -?\d+\)")
 # A log line that compares or negates does not state plainly which values a setting needs.
@@ -130,7 +140,7 @@ def signature(kind: str, reason: str) -> str:
 def _tokens(text: str) -> set[str]:
     words = {t.lower() for t in re.findall(r"[A-Za-z0-9_./-]+", text)} | {
         t.lower() for t in re.findall(r"[A-Za-z0-9_]+", text)}
-    return words | {word.format(*m.groups()) for phrase, word in (*BACKEND_PHRASES, *PARALLEL_PHRASES)
+    return words | {word.format(*m.groups()) for phrase, word in (*BACKEND_PHRASES, *SETTING_PHRASES)
                     for m in phrase.finditer(text)}
 
 
@@ -236,11 +246,13 @@ class Learner:
 
     def _as_stated(self, rule: Rule, failure: Observation, successes: list[frozenset[Pair]]) -> Rule:
         """``rule`` over every value of a setting that the failure's log says is not what it needs:
-        "DeepEP requires ep_size == tp_size (8)" after a failure at EP 1 covers EP 1, 2 and 4. Only
-        where the line states what it needs plainly (:meth:`stated_values`) and no success contradicts."""
+        "DeepEP requires ep_size == tp_size (8)" after a failure at EP 1 covers EP 1, 2 and 4, and
+        "does not support expert parallelism" at EP 2 covers 4 and 8. Only where the line states what
+        it needs plainly (:meth:`stated_values`, :meth:`parallelism_off`) and no success contradicts."""
         params = []
         for name, values in rule.params:
-            stated = self.stated_values(name, values[0], failure.reason) if len(values) == 1 else None
+            stated = (self.stated_values(name, values[0], failure.reason)
+                      or self.parallelism_off(name, values[0], failure.reason)) if len(values) == 1 else None
             domain = self.domains.get(name) or []
             params.append((name, tuple(v for v in domain if v not in stated) if stated else values))
         widened = replace(rule, params=tuple(params))
@@ -260,6 +272,15 @@ class Learner:
             return None
         stated = {u for u in domain if u != value and self.names_value(name, u, said)}
         return stated or None
+
+    def parallelism_off(self, name: str, value: Any, reason: str) -> set[Any] | None:
+        """``{1}`` where ``reason`` names the parallelism that ``name`` sizes as a feature ("cutlass fp8
+        MoE does not support expert parallelism") and ``value`` turns it on: the line is about every
+        size above 1, not the one that failed. None otherwise."""
+        if isinstance(value, bool) or not isinstance(value, int) or value == 1 or 1 not in self.domains.get(name, ()):
+            return None
+        words = self._names(name, value)
+        return {1} if any(dest in words and phrase.search(reason) for phrase, dest in PARALLELISM_FEATURES) else None
 
     def _judged(self, cause: frozenset[Pair], supports: list[Observation], sig: str, named: bool) -> list[Rule]:
         """``cause`` as a confirmed rule where the evidence justifies it; else a suspected rule, plus

@@ -217,20 +217,52 @@ CUTLASS_EP = ("server exited with code 1 during startup: AssertionError: cutlass
               "expert parallelism")
 
 
-def test_a_log_naming_expert_parallelism_in_words_puts_ep_size_in_the_rule(write_yaml: Any) -> None:
-    # SGLang's words: "expert parallel" is --ep-size (its long option --expert-parallel-size)
+def test_a_log_naming_expert_parallelism_in_words_puts_every_ep_size_above_1_in_the_rule(write_yaml: Any) -> None:
+    # SGLang's words: "expert parallel" is --ep-size (its long option --expert-parallel-size), and
+    # "does not support expert parallelism" is about any EP size above 1, not only the one that failed
     lr = Learner(load_space(write_yaml(RUNNERS)))
     runs = [ok(1, moe_runner_backend="cutlass", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=32),
             ok(2, moe_runner_backend="auto", ep_size=8, attention_backend="triton", cuda_graph_max_bs=32),
-            failed(3, "config_error", CUTLASS_EP, moe_runner_backend="cutlass", ep_size=8, attention_backend="triton",
+            failed(3, "config_error", CUTLASS_EP, moe_runner_backend="cutlass", ep_size=2, attention_backend="triton",
                    cuda_graph_max_bs=64)]
-    assert lr.named_pairs(runs[2]) == [("ep_size", 8), ("moe_runner_backend", "cutlass")]
+    assert lr.named_pairs(runs[2]) == [("ep_size", 2), ("moe_runner_backend", "cutlass")]
     [rule] = lr.learn(runs)
-    assert rule.describe(lr.domains) == ("ep_size=8 with moe_runner_backend=cutlass -> config_error, "
+    assert rule.describe(lr.domains) == ("ep_size != 1 with moe_runner_backend=cutlass -> config_error, "
                                          "from trial 3 (named by the log)")
     assert rule.confirmed, "two settings the log names: stopped before a second launch"
-    assert not rule.matches({"moe_runner_backend": "cutlass", "ep_size": 1, "attention_backend": "triton",
-                             "cuda_graph_max_bs": 64})
+    rest = {"attention_backend": "fa3", "cuda_graph_max_bs": 32}
+    assert rule.matches({"moe_runner_backend": "cutlass", "ep_size": 8, **rest})
+    assert not rule.matches({"moe_runner_backend": "cutlass", "ep_size": 1, **rest})
+    sized = failed(3, "config_error", "AssertionError: cutlass needs expert parallel size 8",
+                   moe_runner_backend="cutlass", ep_size=2, attention_backend="triton", cuda_graph_max_bs=64)
+    [rule] = lr.learn([*runs[:2], sized])
+    assert not rule.matches({"moe_runner_backend": "cutlass", "ep_size": 4, **rest}), "a size named, not the feature"
+
+
+DRAFTS = """
+name: drafts
+engine: sglang
+gpus_per_trial: 8
+base: {model_path: /m, tp_size: 8}
+params:
+  attention_backend: {choices: [fa3, flashmla]}
+  speculative_eagle_topk: {choices: [1, 2]}
+  cuda_graph_max_bs: {choices: [32, 64]}
+"""
+
+
+def test_a_log_saying_topk_puts_the_draft_width_in_the_rule(write_yaml: Any) -> None:
+    # SGLang's checks call --speculative-eagle-topk "topk" ("trtllm_mha backend only supports topk = 1")
+    lr = Learner(load_space(write_yaml(DRAFTS)))
+    runs = [ok(1, attention_backend="flashmla", speculative_eagle_topk=1, cuda_graph_max_bs=32),
+            ok(2, attention_backend="fa3", speculative_eagle_topk=2, cuda_graph_max_bs=32),
+            failed(3, "crashed", "RuntimeError: flashmla decode does not support topk > 1 draft trees",
+                   attention_backend="flashmla", speculative_eagle_topk=2, cuda_graph_max_bs=64)]
+    assert lr.named_pairs(runs[2]) == [("attention_backend", "flashmla"), ("speculative_eagle_topk", 2)]
+    [rule] = lr.learn(runs)
+    assert rule.confirmed, "two settings the log names: not a guess between topk and the CUDA-graph size"
+    assert rule.matches({"attention_backend": "flashmla", "speculative_eagle_topk": 2, "cuda_graph_max_bs": 32})
+    assert not rule.matches({"attention_backend": "flashmla", "speculative_eagle_topk": 1, "cuda_graph_max_bs": 64})
 
 
 def test_doubt_is_shared_among_explanations_and_grows_with_the_failures(write_yaml: Any) -> None:
