@@ -165,6 +165,8 @@ class Learner:
             settings = {param.target[1]: value}
         for dest, set_value in settings.items():
             words |= {dest.lower(), dest.replace("_", "-").lower(), "--" + dest.replace("_", "-").lower()}
+            if dest in CHECKPOINT_DESTS:  # "supports only the modelopt_fp4 quantization": the checkpoint's format
+                words.add("quantization")
             if isinstance(set_value, str) and len(set_value) >= 3 and not set_value.isdigit():
                 words.add(set_value.lower())
                 if dest in CHECKPOINT_DESTS:

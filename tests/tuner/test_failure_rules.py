@@ -170,6 +170,22 @@ def test_a_log_naming_another_checkpoint_format_puts_the_checkpoint_in_the_rule(
     assert not rule.matches({"quant_format": "nvfp4", "moe_runner_backend": "flashinfer_trtllm"})
 
 
+def test_a_log_stating_the_checkpoint_format_it_needs_covers_the_other_formats_at_once(write_yaml: Any) -> None:
+    # "the modelopt_fp4 quantization": SGLang calls the checkpoint's format its quantization, so the line
+    # states the one format the runner takes; a second launch with the third format is not needed
+    lr = Learner(load_space(write_yaml(CHECKPOINTS)))
+    runs = [ok(1, quant_format="fp8", moe_runner_backend="auto", attention_backend="flashinfer"),
+            ok(2, quant_format="mxfp4", moe_runner_backend="auto", attention_backend="flashinfer"),
+            failed(3, "config_error", TRTLLM, quant_format="fp8", moe_runner_backend="flashinfer_trtllm",
+                   attention_backend="flashinfer")]
+    assert lr.stated_values("quant_format", "fp8", TRTLLM) == {"nvfp4"}
+    [rule] = lr.learn(runs)
+    assert rule.describe(lr.domains) == ("moe_runner_backend=flashinfer_trtllm with quant_format != nvfp4 -> "
+                                         "config_error, from trial 3 (named by the log)")
+    assert rule.confirmed
+    assert rule.matches({"quant_format": "mxfp4", "moe_runner_backend": "flashinfer_trtllm", "attention_backend": "x"})
+
+
 KV_CACHE = """
 name: kv
 engine: sglang
