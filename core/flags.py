@@ -30,6 +30,13 @@ RENAMES: dict[str, str] = {
     "cuda_graph_bs": "cuda_graph_bs_decode",
 }
 
+
+def spellings(name: str) -> tuple[str, ...]:
+    """``name`` and the names the same option has in other SGLang versions (:data:`RENAMES`, either
+    direction): ``cuda_graph_max_bs`` is also ``cuda_graph_max_bs_decode``."""
+    return (name, *(new for old, new in RENAMES.items() if old == name),
+            *(old for old, new in RENAMES.items() if new == name))
+
 # Values SGLang accepts only after parsing (no argparse choices), checked before any launch.
 KNOWN_VALUES: dict[str, tuple[str, ...]] = {
     "speculative_algorithm": (

@@ -5,10 +5,11 @@ no successful configuration has. Rules are derived again from all launches after
 resumed sweep derives the same rules, and a rule that a success contradicts is gone), per failure
 *signature* (kind plus the reason line with its numbers blanked):
 
-1. **Named by the log.** The parameters whose setting the reason line names (an option, a dest name,
-   a value such as ``mxfp4``, a checkpoint format as SGLang calls it: ``modelopt_fp4``, a backend, a
-   parallelism or the draft width in words: "FlashAttention v3", "expert parallelism", "topk"), or
-   whose *other* value it names ("supports only the modelopt_fp4 quantization" on an MXFP4 checkpoint),
+1. **Named by the log.** The parameters whose setting the reason line names (an option or a dest name,
+   as this SGLang or another spells it: ``--cuda-graph-max-bs-decode``; a value such as ``mxfp4``; a
+   checkpoint format as SGLang calls it: ``modelopt_fp4``; a backend, a parallelism or the draft width
+   in words: "FlashAttention v3", "expert parallelism", "EP", "topk"), or whose *other* value it names
+   ("supports only the modelopt_fp4 quantization" on an MXFP4 checkpoint),
    form the rule's core; if a success has that core, the smallest set of the failing
    configuration's other settings that makes it consistent is added. Where the line states the
    values it needs ("requires ep_size == tp_size (8)"), or names a parallelism as a feature (every
@@ -39,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from core.flags import spellings
 from tuner.space import SearchSpace
 
 MAX_RULE_SIZE = 3
@@ -55,17 +57,19 @@ CHECKPOINT_DESTS = ("model_path", "quantization")
 BACKEND_PHRASES = ((re.compile(r"\bflash[ _-]?attention[ _-]?(?:v|version[ _-]?)?([34])\b", re.IGNORECASE), "fa{}"),)
 # How they name a setting in words: a parallelism as its long option does (``--expert-parallel-size`` is
 # ``--ep-size``): "cutlass fp8 MoE does not support expert parallelism" names ``ep_size``; not "data
-# parallel": three options say it (``--dp-size``, ``--attn-dp-size``, ``--moe-dp-size``). And the draft
-# tree's width as SGLang's checks spell ``--speculative-eagle-topk``: "trtllm_mha backend only supports
-# topk = 1", "triton attention with topk > 1 is not supported in CUDA graphs".
-PARALLELISMS = (("tensor", "tp_size"), ("pipeline", "pp_size"), ("expert", "ep_size"))
+# parallel": three options say it (``--dp-size``, ``--attn-dp-size``, ``--moe-dp-size``); or as its
+# capitals, as SGLang's docs and messages do ("mooncake EP needs at least 4 ranks"; not "DeepEP", "TP0").
+# And the draft tree's width as SGLang's checks spell ``--speculative-eagle-topk``: "trtllm_mha backend
+# only supports topk = 1", "triton attention with topk > 1 is not supported in CUDA graphs".
+PARALLELISMS = (("tensor", "TP", "tp_size"), ("pipeline", "PP", "pp_size"), ("expert", "EP", "ep_size"))
 SETTING_PHRASES = (*((re.compile(rf"\b{word}[ _-]?parallel(?:ism|[ _-]?size)?\b", re.IGNORECASE), dest)
-                     for word, dest in PARALLELISMS),
+                     for word, _, dest in PARALLELISMS),
+                   *((re.compile(rf"\b{capitals}\b"), dest) for _, capitals, dest in PARALLELISMS),
                    (re.compile(r"\btopk\b", re.IGNORECASE), "speculative_eagle_topk"))
 # A parallelism named as a feature, not as a size, is that size above 1 ("does not support expert
 # parallelism" at EP 2 is about EP 4 and 8 as well).
 PARALLELISM_FEATURES = tuple((re.compile(rf"\b{word}[ _-]?parallelism\b", re.IGNORECASE), dest)
-                             for word, dest in PARALLELISMS)
+                             for word, _, dest in PARALLELISMS)
 # The tool's own words about a failure's exit status ("exited with code 1", "(exit 137)") name no setting.
 EXIT_STATUS = re.compile(r"exited with code -?\d+|\(exit -?\d+\)")
 # A log line that compares or negates does not state plainly which values a setting needs.
@@ -164,14 +168,14 @@ class Learner:
         elif param is not None and param.target is not None:
             settings = {param.target[1]: value}
         for dest, set_value in settings.items():
-            words |= {dest.lower(), dest.replace("_", "-").lower(), "--" + dest.replace("_", "-").lower()}
+            for spelled in spellings(dest):  # a log of 0.5.23 says --cuda-graph-max-bs-decode
+                words |= {spelled, spelled.replace("_", "-"), "--" + spelled.replace("_", "-")}
+            text = set_value.lower() if isinstance(set_value, str) and not set_value.isdigit() else ""
+            if len(text) >= 3:
+                words.add(text)
             if dest in CHECKPOINT_DESTS:  # "supports only the modelopt_fp4 quantization": the checkpoint's format
-                words.add("quantization")
-            if isinstance(set_value, str) and len(set_value) >= 3 and not set_value.isdigit():
-                words.add(set_value.lower())
-                if dest in CHECKPOINT_DESTS:
-                    words |= {alias for fmt, aliases in QUANTIZATION_ALIASES.items()
-                              if fmt in set_value.lower() for alias in aliases}
+                words |= {"quantization", *(alias for fmt, aliases in QUANTIZATION_ALIASES.items()
+                                            if text and fmt in text for alias in aliases)}
         if isinstance(value, str) and len(value) >= 3:
             words.add(value.lower())
         return {w for w in words if len(w) >= 3}

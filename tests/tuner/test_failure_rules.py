@@ -10,17 +10,19 @@ import numpy as np
 from tuner.failure_rules import Learner, Observation
 from tuner.space_loader import load_space
 
-SPACE = """
-name: rules
-engine: sglang
-gpus_per_trial: 8
-base: {model_path: /m, tp_size: 8}
-params:
+
+def space_yaml(name: str, params: str, gpus: int = 8, model_path: str = "/m") -> str:
+    """A space file of ``params`` (their YAML lines) on ``gpus`` GPUs, tensor-parallel over all of them."""
+    return (f"name: {name}\nengine: sglang\ngpus_per_trial: {gpus}\n"
+            f"base: {{model_path: {model_path}, tp_size: {gpus}}}\nparams:\n{params}")
+
+
+SPACE = space_yaml("rules", """\
   moe_a2a_backend: {choices: [none, deepep]}
   ep_size: {choices: [1, 2, 4, 8]}
   attention_backend: {choices: [fa3, flashinfer, triton]}
   cuda_graph_max_bs: {choices: [32, 64, 256]}
-"""
+""")
 DEEPEP = "server exited with code 1 during startup: AssertionError: DeepEP requires ep_size == tp_size (8)"
 OOM = "server exited with code 137 during startup: torch.OutOfMemoryError: CUDA out of memory"
 
@@ -134,12 +136,7 @@ def test_rules_survive_the_store(tmp_path: Path) -> None:
     assert Rule.from_dict(rule.as_dict()) == rule
 
 
-CHECKPOINTS = """
-name: checkpoints
-engine: sglang
-gpus_per_trial: 8
-base: {model_path: /m/K2-FP8, tp_size: 8}
-params:
+CHECKPOINTS = space_yaml("checkpoints", model_path="/m/K2-FP8", params="""\
   quant_format:
     choices:
       fp8: {model_path: /m/K2-FP8}
@@ -147,7 +144,7 @@ params:
       mxfp4: {model_path: /m/K2-MXFP4}
   moe_runner_backend: {choices: [auto, flashinfer_cutlass, flashinfer_trtllm]}
   attention_backend: {choices: [flashinfer, trtllm_mla]}
-"""
+""")
 TRTLLM = ("server exited with code 1 during startup: ValueError: flashinfer_trtllm MoE runner supports only "
           "the modelopt_fp4 quantization")
 
@@ -186,16 +183,11 @@ def test_a_log_stating_the_checkpoint_format_it_needs_covers_the_other_formats_a
     assert rule.matches({"quant_format": "mxfp4", "moe_runner_backend": "flashinfer_trtllm", "attention_backend": "x"})
 
 
-KV_CACHE = """
-name: kv
-engine: sglang
-gpus_per_trial: 4
-base: {model_path: /m, tp_size: 4}
-params:
+KV_CACHE = space_yaml("kv", gpus=4, params="""\
   attention_backend: {choices: [flashinfer, fa3, triton]}
   kv_cache_dtype: {choices: [auto, fp8_e4m3, fp8_e5m2]}
   cuda_graph_max_bs: {choices: [32, 64]}
-"""
+""")
 FA3_KV = ("server exited with code 1 during startup: AssertionError: FlashAttention v3 backend supports "
           "kv_cache_dtype fp8_e4m3 or auto, got fp8_e5m2")
 
@@ -218,17 +210,12 @@ def test_a_log_naming_the_backend_in_words_puts_the_backend_in_the_rule(write_ya
                                  cuda_graph_max_bs=32)) == [("attention_backend", "fa3")]
 
 
-RUNNERS = """
-name: runners
-engine: sglang
-gpus_per_trial: 8
-base: {model_path: /m, tp_size: 8}
-params:
+RUNNERS = space_yaml("runners", """\
   moe_runner_backend: {choices: [auto, cutlass]}
   ep_size: {choices: [1, 2, 4, 8]}
   attention_backend: {choices: [fa3, triton]}
   cuda_graph_max_bs: {choices: [32, 64]}
-"""
+""")
 CUTLASS_EP = ("server exited with code 1 during startup: AssertionError: cutlass fp8 MoE does not support "
               "expert parallelism")
 
@@ -255,16 +242,11 @@ def test_a_log_naming_expert_parallelism_in_words_puts_every_ep_size_above_1_in_
     assert not rule.matches({"moe_runner_backend": "cutlass", "ep_size": 4, **rest}), "a size named, not the feature"
 
 
-DRAFTS = """
-name: drafts
-engine: sglang
-gpus_per_trial: 8
-base: {model_path: /m, tp_size: 8}
-params:
+DRAFTS = space_yaml("drafts", """\
   attention_backend: {choices: [fa3, flashmla]}
   speculative_eagle_topk: {choices: [1, 2]}
   cuda_graph_max_bs: {choices: [32, 64]}
-"""
+""")
 
 
 def test_a_log_saying_topk_puts_the_draft_width_in_the_rule(write_yaml: Any) -> None:
@@ -279,6 +261,50 @@ def test_a_log_saying_topk_puts_the_draft_width_in_the_rule(write_yaml: Any) -> 
     assert rule.confirmed, "two settings the log names: not a guess between topk and the CUDA-graph size"
     assert rule.matches({"attention_backend": "flashmla", "speculative_eagle_topk": 2, "cuda_graph_max_bs": 32})
     assert not rule.matches({"attention_backend": "flashmla", "speculative_eagle_topk": 1, "cuda_graph_max_bs": 64})
+
+
+CAPTURE_OOM = ("server exited with code 137 during startup: Exception: Capture cuda graph failed: CUDA out of memory. "
+               "Possible solutions: lower --mem-fraction-static, lower --cuda-graph-max-bs-decode")
+
+
+def test_a_log_naming_an_option_by_its_name_in_another_sglang_version_names_the_setting(write_yaml: Any) -> None:
+    # SGLang 0.5.23 renamed --cuda-graph-max-bs to --cuda-graph-max-bs-decode; the space's setting is
+    # the same option under either name
+    lr = learner(write_yaml)
+    runs = [ok(1, moe_a2a_backend="deepep", ep_size=8, attention_backend="fa3", cuda_graph_max_bs=32),
+            ok(2, moe_a2a_backend="none", ep_size=1, attention_backend="fa3", cuda_graph_max_bs=256),
+            ok(3, moe_a2a_backend="none", ep_size=8, attention_backend="triton", cuda_graph_max_bs=256),
+            failed(4, "crashed", CAPTURE_OOM, moe_a2a_backend="deepep", ep_size=8, attention_backend="fa3",
+                   cuda_graph_max_bs=256)]
+    assert lr.named_pairs(runs[3]) == [("cuda_graph_max_bs", 256)]
+    [rule] = lr.learn(runs)
+    assert rule.describe(lr.domains) == ("cuda_graph_max_bs=256 with moe_a2a_backend=deepep -> crashed, "
+                                         "from trial 4 (named by the log)")
+    assert rule.confirmed
+
+
+MOONCAKE = space_yaml("mooncake", """\
+  moe_a2a_backend: {choices: [none, deepep, mooncake]}
+  ep_size: {choices: [1, 2, 4, 8]}
+  cuda_graph_max_bs: {choices: [32, 64]}
+""")
+
+
+def test_a_log_naming_a_parallelism_by_its_capitals_puts_its_size_in_the_rule(write_yaml: Any) -> None:
+    # SGLang's docs and messages call expert parallelism "EP"; "DeepEP" and a rank tag "TP0 EP0" do not
+    lr = Learner(load_space(write_yaml(MOONCAKE)))
+    runs = [ok(1, moe_a2a_backend="mooncake", ep_size=8, cuda_graph_max_bs=32),
+            ok(2, moe_a2a_backend="none", ep_size=1, cuda_graph_max_bs=64),
+            failed(3, "config_error", "ValueError: mooncake EP needs at least 4 ranks",
+                   moe_a2a_backend="mooncake", ep_size=1, cuda_graph_max_bs=64)]
+    assert lr.named_pairs(runs[2]) == [("ep_size", 1), ("moe_a2a_backend", "mooncake")]
+    [rule] = lr.learn(runs)
+    assert rule.confirmed, "two settings the log names: not a guess between EP and the CUDA-graph size"
+    assert rule.matches({"moe_a2a_backend": "mooncake", "ep_size": 1, "cuda_graph_max_bs": 32})
+    assert not rule.matches({"moe_a2a_backend": "mooncake", "ep_size": 8, "cuda_graph_max_bs": 64})
+    tagged = failed(4, "crashed", "[TP0 EP0] RuntimeError: DeepEP dispatch timed out",
+                    moe_a2a_backend="deepep", ep_size=8, cuda_graph_max_bs=64)
+    assert lr.named_pairs(tagged) == [("moe_a2a_backend", "deepep")]
 
 
 def test_doubt_is_shared_among_explanations_and_grows_with_the_failures(write_yaml: Any) -> None:
