@@ -12,8 +12,9 @@ resumed sweep derives the same rules, and a rule that a success contradicts is g
    ("supports only the modelopt_fp4 quantization" on an MXFP4 checkpoint),
    form the rule's core; if a success has that core, the smallest set of the failing
    configuration's other settings that makes it consistent is added. Where the line states the
-   values it needs ("requires ep_size == tp_size (8)"), or names a parallelism as a feature (every
-   size above 1 then), the rule covers the setting's other values too, unless a success has them.
+   values it needs ("requires ep_size == tp_size (8)"), a lower bound ("EP needs at least 4 ranks"),
+   or names a parallelism as a feature (every size above 1 then), the rule covers the setting's
+   other values too, unless a success has them.
 2. **By contrast.** Otherwise, the smallest set of setting=value pairs present in every failure of
    the signature and in no success (up to :data:`MAX_RULE_SIZE` pairs). When several sets of that
    size fit, each becomes a *suspected* rule until more launches tell them apart (never a guess),
@@ -74,6 +75,9 @@ PARALLELISM_FEATURES = tuple((re.compile(rf"\b{word}[ _-]?parallelism\b", re.IGN
 EXIT_STATUS = re.compile(r"exited with code -?\d+|\(exit -?\d+\)")
 # A log line that compares or negates does not state plainly which values a setting needs.
 STATED_HEDGES = re.compile(r"[<>]|\b(at least|at most|minimum|maximum|not|cannot|unsupported|no)\b", re.IGNORECASE)
+# A bound a line states for a setting it names ("mooncake EP needs at least 4 ranks"), not negated.
+LOWER_BOUND = re.compile(r"(?:\bat least|>=)\s*(\d+)\b", re.IGNORECASE)
+NEGATION = re.compile(r"\b(not|cannot|unsupported|no)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,10 @@ def signature(kind: str, reason: str) -> str:
     return f"{kind}: " + re.sub(r"\d+(\.\d+)?", "#", reason)[:200]
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _tokens(text: str) -> set[str]:
     words = {t.lower() for t in re.findall(r"[A-Za-z0-9_./-]+", text)} | {
         t.lower() for t in re.findall(r"[A-Za-z0-9_]+", text)}
@@ -195,7 +203,7 @@ class Learner:
         """Does ``reason`` name ``name=value`` ("requires ep_size == tp_size (8)" names ``ep_size=8``;
         "supports kv_cache_dtype fp8_e4m3 or auto" names ``kv_cache_dtype=auto``)? A number counts as
         a whole word; a word as in :meth:`named_pairs`."""
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if _is_number(value):
             said = EXIT_STATUS.sub("", reason)
             return str(value) in set(re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", said))
         return bool(self._only_names(name, value) & _tokens(reason))
@@ -254,11 +262,13 @@ class Learner:
         """``rule`` over every value of a setting that the failure's log says is not what it needs:
         "DeepEP requires ep_size == tp_size (8)" after a failure at EP 1 covers EP 1, 2 and 4, and
         "does not support expert parallelism" at EP 2 covers 4 and 8. Only where the line states what
-        it needs plainly (:meth:`stated_values`, :meth:`parallelism_off`) and no success contradicts."""
+        it needs plainly (:meth:`stated_values`, :meth:`parallelism_off`, :meth:`lower_bound`) and no success
+        contradicts."""
         params = []
         for name, values in rule.params:
             stated = (self.stated_values(name, values[0], failure.reason)
-                      or self.parallelism_off(name, values[0], failure.reason)) if len(values) == 1 else None
+                      or self.parallelism_off(name, values[0], failure.reason)
+                      or self.lower_bound(name, values[0], failure.reason)) if len(values) == 1 else None
             domain = self.domains.get(name) or []
             params.append((name, tuple(v for v in domain if v not in stated) if stated else values))
         widened = replace(rule, params=tuple(params))
@@ -278,6 +288,20 @@ class Learner:
             return None
         stated = {u for u in domain if u != value and self.names_value(name, u, said)}
         return stated or None
+
+    def lower_bound(self, name: str, value: Any, reason: str) -> set[Any] | None:
+        """The values of ``name`` at or above the bound ``reason`` states for it ("mooncake EP needs at
+        least 4 ranks" at EP 1: EP 4 and 8), where the line names the setting, is not negated, and
+        ``value`` is below that bound (else the number is about something else). None otherwise."""
+        said = EXIT_STATUS.sub("", reason)
+        bounds = [int(m[1]) for m in LOWER_BOUND.finditer(said)]
+        domain = self.domains.get(name) or []
+        if len(bounds) != 1 or NEGATION.search(said) or not all(_is_number(u) for u in domain):
+            return None
+        setting = set.intersection(*(self._names(name, u) for u in domain))
+        if not setting & _tokens(said) or not value < bounds[0]:
+            return None
+        return {u for u in domain if u >= bounds[0]} or None
 
     def parallelism_off(self, name: str, value: Any, reason: str) -> set[Any] | None:
         """``{1}`` where ``reason`` names the parallelism that ``name`` sizes as a feature ("cutlass fp8

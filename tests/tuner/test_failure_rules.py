@@ -68,9 +68,10 @@ def test_a_log_that_states_the_value_it_needs_covers_the_other_values_at_once(wr
     assert rule.describe(lr.domains) == ("ep_size != 8 with moe_a2a_backend=deepep -> config_error, "
                                          "from trial 2 (named by the log)"), "one failure at EP 1, EP 2 and 4 covered"
     assert rule.confirmed and rule.matches({"moe_a2a_backend": "deepep", "ep_size": 4, **base})
-    hedged = DEEPEP.replace("== tp_size (8)", "of at least 8")
-    [rule] = lr.learn([runs[0], failed(2, "config_error", hedged, moe_a2a_backend="deepep", ep_size=1, **base)])
-    assert not rule.matches({"moe_a2a_backend": "deepep", "ep_size": 4, **base}), "a comparison is not read"
+    negated = DEEPEP.replace("requires ep_size == tp_size (8)", "does not support ep_size 1 or 4")
+    [rule] = lr.learn([runs[0], failed(2, "config_error", negated, moe_a2a_backend="deepep", ep_size=1, **base)])
+    assert not rule.matches({"moe_a2a_backend": "deepep", "ep_size": 8, **base}), "a negated line states no need"
+    assert not rule.matches({"moe_a2a_backend": "deepep", "ep_size": 2, **base})
     contradicted = [*runs, ok(3, moe_a2a_backend="deepep", ep_size=2, **base)]
     rules = lr.learn(contradicted)
     assert rules and not any(r.matches({"moe_a2a_backend": "deepep", "ep_size": 2, **base}) for r in rules), \
@@ -290,7 +291,7 @@ MOONCAKE = space_yaml("mooncake", """\
 """)
 
 
-def test_a_log_naming_a_parallelism_by_its_capitals_puts_its_size_in_the_rule(write_yaml: Any) -> None:
+def test_a_log_naming_a_parallelism_by_its_capitals_and_a_bound_covers_the_sizes_below_it(write_yaml: Any) -> None:
     # SGLang's docs and messages call expert parallelism "EP"; "DeepEP" and a rank tag "TP0 EP0" do not
     lr = Learner(load_space(write_yaml(MOONCAKE)))
     runs = [ok(1, moe_a2a_backend="mooncake", ep_size=8, cuda_graph_max_bs=32),
@@ -299,9 +300,12 @@ def test_a_log_naming_a_parallelism_by_its_capitals_puts_its_size_in_the_rule(wr
                    moe_a2a_backend="mooncake", ep_size=1, cuda_graph_max_bs=64)]
     assert lr.named_pairs(runs[2]) == [("ep_size", 1), ("moe_a2a_backend", "mooncake")]
     [rule] = lr.learn(runs)
+    assert rule.describe(lr.domains) == ("ep_size in {1, 2} with moe_a2a_backend=mooncake -> config_error, "
+                                         "from trial 3 (named by the log)"), "at least 4: EP 2 fails as well"
     assert rule.confirmed, "two settings the log names: not a guess between EP and the CUDA-graph size"
-    assert rule.matches({"moe_a2a_backend": "mooncake", "ep_size": 1, "cuda_graph_max_bs": 32})
-    assert not rule.matches({"moe_a2a_backend": "mooncake", "ep_size": 8, "cuda_graph_max_bs": 64})
+    assert not rule.matches({"moe_a2a_backend": "mooncake", "ep_size": 4, "cuda_graph_max_bs": 64})
+    assert lr.lower_bound("ep_size", 8, "ValueError: mooncake EP needs at least 4 ranks") is None, "8 is not below 4"
+    assert lr.lower_bound("ep_size", 1, "ValueError: mooncake EP does not run on at least 4 ranks") is None
     tagged = failed(4, "crashed", "[TP0 EP0] RuntimeError: DeepEP dispatch timed out",
                     moe_a2a_backend="deepep", ep_size=8, cuda_graph_max_bs=64)
     assert lr.named_pairs(tagged) == [("moe_a2a_backend", "deepep")]
