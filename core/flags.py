@@ -108,15 +108,7 @@ class FlagTable:
 
     def resolve(self, name: str) -> Flag | None:
         """The flag for a logical dest name in this version, following renames; None if absent."""
-        if name in self.flags:
-            return self.flags[name]
-        new = RENAMES.get(name)
-        if new and new in self.flags:
-            return self.flags[new]
-        for old, renamed in RENAMES.items():
-            if renamed == name and old in self.flags:
-                return self.flags[old]
-        return None
+        return next((self.flags[spelled] for spelled in spellings(name) if spelled in self.flags), None)
 
     def by_option(self, option: str) -> Flag | None:
         """The flag an option string (``--tp-size``, an alias or a ``--no-`` negation) belongs to."""

@@ -74,10 +74,11 @@ PARALLELISM_FEATURES = tuple((re.compile(rf"\b{word}[ _-]?parallelism\b", re.IGN
 # The tool's own words about a failure's exit status ("exited with code 1", "(exit 137)") name no setting.
 EXIT_STATUS = re.compile(r"exited with code -?\d+|\(exit -?\d+\)")
 # A log line that compares or negates does not state plainly which values a setting needs.
-STATED_HEDGES = re.compile(r"[<>]|\b(at least|at most|minimum|maximum|not|cannot|unsupported|no)\b", re.IGNORECASE)
+NEGATIONS = "not|cannot|unsupported|no"
+STATED_HEDGES = re.compile(rf"[<>]|\b(at least|at most|minimum|maximum|{NEGATIONS})\b", re.IGNORECASE)
 # A bound a line states for a setting it names ("mooncake EP needs at least 4 ranks"), not negated.
 LOWER_BOUND = re.compile(r"(?:\bat least|>=)\s*(\d+)\b", re.IGNORECASE)
-NEGATION = re.compile(r"\b(not|cannot|unsupported|no)\b", re.IGNORECASE)
+NEGATION = re.compile(rf"\b({NEGATIONS})\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -283,8 +284,7 @@ class Learner:
         if STATED_HEDGES.search(said):
             return None
         domain = self.domains.get(name) or []
-        setting = set.intersection(*(self._names(name, u) for u in domain)) if domain else set()
-        if not setting & _tokens(said):
+        if not self._names_setting(name, said):
             return None
         stated = {u for u in domain if u != value and self.names_value(name, u, said)}
         return stated or None
@@ -298,10 +298,15 @@ class Learner:
         domain = self.domains.get(name) or []
         if len(bounds) != 1 or NEGATION.search(said) or not all(_is_number(u) for u in domain):
             return None
-        setting = set.intersection(*(self._names(name, u) for u in domain))
-        if not setting & _tokens(said) or not value < bounds[0]:
+        if not self._names_setting(name, said) or not value < bounds[0]:
             return None
         return {u for u in domain if u >= bounds[0]} or None
+
+    def _names_setting(self, name: str, said: str) -> bool:
+        """Does ``said`` name the setting ``name`` itself (a word every value of it has: its option)?"""
+        domain = self.domains.get(name) or []
+        setting = set.intersection(*(self._names(name, u) for u in domain)) if domain else set()
+        return bool(setting & _tokens(said))
 
     def parallelism_off(self, name: str, value: Any, reason: str) -> set[Any] | None:
         """``{1}`` where ``reason`` names the parallelism that ``name`` sizes as a feature ("cutlass fp8

@@ -311,6 +311,12 @@ def test_a_log_naming_a_parallelism_by_its_capitals_and_a_bound_covers_the_sizes
     assert lr.named_pairs(tagged) == [("moe_a2a_backend", "deepep")]
 
 
+def test_a_bound_in_a_log_is_not_read_for_a_setting_with_a_range(write_yaml: Any) -> None:
+    lr = Learner(load_space(write_yaml(space_yaml("ranged", "  mem_fraction_static: {float: [0.6, 0.9]}\n", gpus=1))))
+    line = "the KV cache needs at least 1 GiB at --mem-fraction-static"
+    assert lr.lower_bound("mem_fraction_static", 0.7, line) is None, "no list of values to bound"
+
+
 def test_doubt_is_shared_among_explanations_and_grows_with_the_failures(write_yaml: Any) -> None:
     from tuner.failure_rules import SUSPECT_ODDS
     from tuner.rule_book import RuleBook
