@@ -37,6 +37,29 @@ def spellings(name: str) -> tuple[str, ...]:
     return (name, *(new for old, new in RENAMES.items() if old == name),
             *(old for old, new in RENAMES.items() if new == name))
 
+
+def same_value(asked: Any, reported: Any) -> bool:
+    """Does a server's reported option value say what was asked (numbers by value, else by text)?"""
+    if isinstance(asked, bool) or isinstance(reported, bool):
+        return str(asked).lower() == str(reported).lower()
+    if isinstance(asked, int | float) and isinstance(reported, int | float):
+        return float(asked) == float(reported)
+    return str(asked).lower() == str(reported).lower()
+
+
+def ran_otherwise(flags: dict[str, Any], reported: dict[str, Any]) -> dict[str, Any]:
+    """The settings of ``flags`` (dest -> value asked) that a server reports (``/server_info``: dest ->
+    value run) otherwise than asked, as it reports them. A setting counts only where the server
+    reports it, not as None, under none of its spellings with the asked value: a deprecated alias the
+    server keeps beside the new name does not make a difference."""
+    out: dict[str, Any] = {}
+    for dest, asked in flags.items():
+        said = [reported[name] for name in spellings(dest) if reported.get(name) is not None]
+        if said and not any(same_value(asked, value) for value in said):
+            out[dest] = said[0]
+    return out
+
+
 # Values SGLang accepts only after parsing (no argparse choices), checked before any launch.
 KNOWN_VALUES: dict[str, tuple[str, ...]] = {
     "speculative_algorithm": (

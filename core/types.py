@@ -283,6 +283,8 @@ class TrialResult:
     profile: KernelProfile | None = None
     profile_error: str = ""  # why a requested profile is missing (the measurement still counts)
     curve: tuple[BenchResult, ...] = ()  # the measurements at ``TrialSpec.more_concurrencies``
+    # settings the server runs otherwise than asked, as its /server_info reports them (dest -> value)
+    ran_as: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -71,6 +71,7 @@ class TrialRun(Base):
     remeasure: Mapped[bool | None] = mapped_column(Boolean)  # a repeat of a surprise: counts in the budget
     profile: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # KernelProfile.as_dict(), or {"error": why}
     curve: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # the benchmark at further concurrencies
+    ran_as: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # settings the server ran otherwise than asked
 
 
 class LearnedRule(Base):

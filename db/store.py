@@ -101,6 +101,7 @@ class RunRow:
     remeasure: bool | None = None
     profile: dict[str, Any] | None = None  # where the GPU time went (--profile-best), or {"error": why}
     curve: list[dict[str, Any]] | None = None  # BenchResult.as_dict() at further concurrencies (--front-at)
+    ran_as: dict[str, Any] | None = None  # settings the server ran otherwise than asked (its /server_info)
 
 
 def _row(obj: Any, cls: type[Any]) -> Any:
@@ -287,7 +288,7 @@ class Store:
                 repeat_of=repeat_of, remeasure=remeasure or None,
                 profile=result.profile.as_dict() if result.profile else
                 ({"error": result.profile_error} if result.profile_error else None),
-                curve=[b.as_dict() for b in result.curve] or None,
+                curve=[b.as_dict() for b in result.curve] or None, ran_as=dict(result.ran_as) or None,
             )
             s.add(run)
             s.flush()

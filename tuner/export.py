@@ -111,6 +111,8 @@ def launch_script(run: RunRow, sweep: SweepRow, python: str = "python3", samples
           if run.status != RunStatus.OK else []),
         f"# TTFT p50/p99: {_fmt(ttft.get('p50'))} / {_fmt(ttft.get('p99'))} ms   TPOT p50: "
         f"{_fmt(tpot.get('p50'), 2)} ms   gate: {gate}",
+        *([f"# SGLang ran it with {', '.join(f'{k}={v}' for k, v in run.ran_as.items())} (its /server_info): "
+           "the command below asks otherwise to no effect"] if run.ran_as else []),
         f"# GPUs: {sweep.gpu_count} x {sweep.gpu_name} ({sweep.gpu_arch or '?'}, driver {sweep.driver})",
         f"# SGLang {run.sglang_version or sweep.sglang_version}; space {sweep.space_path}; "
         f"exported {datetime.now(UTC):%Y-%m-%d %H:%M UTC}",

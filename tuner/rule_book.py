@@ -12,6 +12,7 @@ import numpy as np
 from core.types import FailureKind
 from tuner.encoding import Encoding
 from tuner.failure_rules import SUSPECT_ODDS, Learner, Observation, Rule
+from tuner.runs_as import RunsAsBook
 from tuner.space import SearchSpace
 
 # A failure explained by contrast with the successes (the fewest settings no success had) is caused by
@@ -28,11 +29,14 @@ class RuleBook:
         self.rules: list[Rule] = []
         self.failed: dict[int, dict[str, Any]] = {}  # a failed launch's trial number -> its settings
         self.epoch = 0  # changes whenever the rules do
+        self.runs_as = RunsAsBook()  # settings SGLang runs otherwise than asked (refreshed by the loop)
 
     def refresh(self, runs: Iterable[Any]) -> list[Rule]:
-        """Derive the rules from the sweep's launched runs (``RunRow``-like); returns the new ones."""
-        return self.learn([Observation(r.trial_number, dict(r.params), None if r.tok_s is not None else r.failure_kind,
-                                       r.failure_reason)
+        """Derive the rules from the sweep's launched runs (``RunRow``-like), each with its settings as
+        the server ran them (:meth:`RunsAsBook.effective_params`; refresh :attr:`runs_as` first);
+        returns the new ones."""
+        return self.learn([Observation(r.trial_number, self.runs_as.effective_params(dict(r.params), r.flags, r.ran_as),
+                                       None if r.tok_s is not None else r.failure_kind, r.failure_reason)
                            for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)
                            and r.failure_kind != FailureKind.SLO_MISSED])  # a latency, not a failure of settings
 
@@ -109,7 +113,7 @@ class RuleBook:
 
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         """(text, JSON form) of every rule, for the store."""
-        return [(r.describe(self.domains), r.as_dict()) for r in self.rules]
+        return [(r.describe(self.domains), r.as_dict()) for r in self.rules] + self.runs_as.records()
 
 
 def _doubt(rule: Rule, matched: np.ndarray, failures: np.ndarray, kept: np.ndarray) -> np.ndarray:

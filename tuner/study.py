@@ -146,7 +146,9 @@ class Sweep:
         study = open_study(self.opts.db_path, name, sampler)
         check_resumable(study, space, self.opts.db_path)
         self.recorder = Recorder(self.store, sweep, artifact_store(self.opts.db_path))
-        rules.refresh(self.store.runs(sweep.id))
+        recorded = self.store.runs(sweep.id)
+        rules.runs_as.refresh(recorded)
+        rules.refresh(recorded)
         view = self.view_factory(name, self.opts.budget, node.time_scale)
         view.groups = [GroupView(s.label) for s in slots]
         coord = Coordination(self.store.engine, sweep.id, str(self.store.db))
@@ -169,6 +171,8 @@ class Sweep:
             view.log(f"pruned {p.reason}")
         for rule in ctx.rules.rules:
             view.log(f"learned before: {rule.describe(ctx.rules.domains)}")
+        for adjusted in ctx.rules.runs_as.rules:
+            view.log(f"learned before: {adjusted.describe()}")
         done = self.store.count_launched(ctx.sweep.id)
         if done >= self.opts.budget:
             view.log(f"study {ctx.sweep.study_name} already has {done} finished trials (--budget "
@@ -272,7 +276,7 @@ class Sweep:
     def _answered(self, ctx: Context, flight: Flight, trial: optuna.Trial, config: Config) -> bool:
         """Answer a proposal without a launch when a learned rule covers it, the store measured it, or
         the same configuration is in flight (then it is answered when that one ends)."""
-        rule = ctx.rules.blocking(config.params)
+        rule = ctx.rules.blocking(ctx.rules.runs_as.effective_params(config.params, config.flags))
         if rule is not None:
             run = self.recorder.avoid(ctx.study, trial, config, f"learned: {rule.describe(ctx.rules.domains)}",
                                       FailureKind(rule.kind))
@@ -280,6 +284,11 @@ class Sweep:
             return True
         key = config.key()
         prior = self.store.measured(ctx.sweep.id, key)
+        runs_as = ctx.rules.runs_as.runs_as(config) if prior is None else None
+        if runs_as is not None:
+            prior, used = runs_as
+            ctx.view.log(f"trial {trial.number}: SGLang runs it as trial {prior.trial_number} "
+                         f"({'; '.join(r.describe() for r in used)}): not launched")
         if prior is not None:
             run = self.recorder.answer_from_store(ctx.study, trial, config, prior)
             ctx.view.finished(run, None, self.store.count_launched(ctx.sweep.id))
@@ -344,6 +353,8 @@ class Sweep:
         ctx.view.finished(run, result.finished_at - result.started_at, self.store.count_launched(ctx.sweep.id))
         if run.status in (RunStatus.OK, RunStatus.INFEASIBLE):
             runs = self.store.runs(ctx.sweep.id)
+            for adjusted in ctx.rules.runs_as.refresh(runs):
+                ctx.view.log(f"learned: {adjusted.describe()}")
             for rule in ctx.rules.refresh(runs):
                 ctx.view.log(f"learned: {rule.describe(ctx.rules.domains)}")
             records = ctx.rules.records()

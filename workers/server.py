@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -153,6 +154,17 @@ class ServerProcess:
                                f"(last log line: {reason_line(self.read_log(200_000))})",
                                FailureKind.STARTUP_TIMEOUT)
                 time.sleep(poll_s)
+
+    def server_info(self) -> dict[str, Any]:
+        """The options the server runs with, as ``/server_info`` (``/get_server_info`` before 0.5.x's
+        rename) reports them; {} when neither answers."""
+        with httpx.Client(base_url=self.url, timeout=5.0, headers=self.headers) as client:
+            for path in ("/server_info", "/get_server_info"):
+                with contextlib.suppress(httpx.HTTPError, ValueError):
+                    resp = client.get(path)
+                    if resp.status_code == 200 and isinstance(info := resp.json(), dict):
+                        return info
+        return {}
 
     def alive(self) -> bool:
         """True while the server process runs."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import BenchmarkError, FlagError, ServerError
-from core.flags import FlagTable
+from core.flags import FlagTable, ran_otherwise
 from core.redact import scrub, secret_values
 from core.render import render
 from core.types import BenchConfig, BenchResult, FailureKind, GateResult, KernelProfile, TrialResult, TrialSpec
@@ -130,7 +130,8 @@ class TrialRunner:
         return result(argv=cmd.argv, env=dict(cmd.env), startup_s=out.startup_s, bench=out.bench, gate=out.gate,
                       failure_kind=out.kind, failure_reason=scrub(out.reason, secrets),
                       log_tail=scrub(out.tail or (server.log_tail() if out.kind else ""), secrets), server_log=log,
-                      profile=out.profile, profile_error=out.profile_error, curve=tuple(out.curve))
+                      profile=out.profile, profile_error=out.profile_error, curve=tuple(out.curve),
+                      ran_as=out.ran_as)
 
     def _measure(self, spec: TrialSpec, server: ServerProcess, phase: Callable[[str], None]) -> _Outcome:
         """Start the server, wait until ready, gate, benchmark; every failure becomes a kind + reason."""
@@ -143,6 +144,7 @@ class TrialRunner:
                 self._server = server
                 server.start()
             out.startup_s = server.wait_ready(spec.startup_timeout_s)
+            out.ran_as = ran_otherwise(spec.config.flags, server.server_info())
             api_key = _api_key(spec)
             if spec.gate.enabled:
                 phase("gate")
@@ -211,6 +213,7 @@ class _Outcome:
     profile: KernelProfile | None = None
     profile_error: str = ""
     curve: list[BenchResult] = dataclasses.field(default_factory=list)
+    ran_as: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _api_key(spec: TrialSpec) -> str | None:

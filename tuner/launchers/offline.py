@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from core.errors import ClusterError, ConfigError
+from core.flags import ran_otherwise
 from core.render import render
 from core.types import BenchResult, EngineKind, EngineSpec, KernelProfile, TrialResult, TrialSpec
 from tuner.launchers.base import Finished, Slot
@@ -91,7 +92,9 @@ class OfflineLauncher:
             failure_kind=modelled.failure_kind, failure_reason=modelled.failure_reason,
             log_tail="\n".join(modelled.log.splitlines()[-20:]), server_log=modelled.log,
             profile=self._profile(spec, modelled.outcome) if bench is not None and spec.profile_steps else None,
-            curve=self._curve(spec, modelled.outcome) if bench is not None else ())
+            curve=self._curve(spec, modelled.outcome) if bench is not None else (),
+            ran_as=ran_otherwise(spec.config.flags, dict(modelled.outcome.ran_as)) if modelled.startup_s is not None
+            else {})
         self._seq += 1
         heapq.heappush(self._queue, _Scheduled(result.finished_at, self._seq, Finished(slot, result)))
 

@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         f"max_running_requests={options.get('max_running_requests') or 48}, context_len=163840, "
         f"available_gpu_mem={mem * 0.28:.2f} GB", "TP0")
     garbage = bool(failure and failure.at == "output")
-    state = ServerState(options=options, scenario=scenario, outcome=outcome,
+    # /server_info reports the options as SGLang runs them (the scenario's adjustments applied)
+    state = ServerState(options={**options, **dict(outcome.ran_as)}, scenario=scenario, outcome=outcome,
                         scheduler=Scheduler(scenario, outcome, garbage=garbage), version=scenario.sglang_version)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(state, scenario, str(options.get("host") or "127.0.0.1"),

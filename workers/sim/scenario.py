@@ -75,6 +75,18 @@ class Effect(_Strict):
     note: str = ""
 
 
+class Adjustment(_Strict):
+    """When ``match`` holds (on the options as asked), SGLang runs other values than asked: ``sets``
+    (dest -> value), saying ``log`` (``{dest}`` fields: the options as asked). Effects and failures then
+    see the options as run, and ``/server_info`` reports them ("deepep MoE is enabled. The expert
+    parallel size is adjusted from 1 to the tensor parallel size [8].")."""
+
+    match: dict[str, Pattern]
+    sets: dict[str, str | int | float | bool | None]
+    log: str = ""
+    note: str = ""
+
+
 class FailureRule(_Strict):
     """When ``match`` holds the server fails ``at`` a phase, printing ``log`` and exiting ``exit_code``."""
 
@@ -176,6 +188,7 @@ class Scenario(_Strict):
     time_scale: Annotated[float, Field(gt=0)] = 1.0
     saturation_c: Annotated[float, Field(gt=0)] = 48.0
     base: BaseFigures
+    adjustments: list[Adjustment] = Field(default_factory=list)
     effects: list[Effect] = Field(default_factory=list)
     failures: list[FailureRule] = Field(default_factory=list)
     noise: Noise = Field(default_factory=Noise)
@@ -196,6 +209,7 @@ class Outcome:
     notices: tuple[str, ...] = ()  # the ``log`` lines of the effects that hold
     kernels: tuple[tuple[str, float], ...] = ()  # a decode step's GPU kernels and their relative time
     launch_seed: int | None = None  # the launch this outcome is of (its window drift: Noise.drift)
+    ran_as: tuple[tuple[str, Any], ...] = ()  # options SGLang runs otherwise than asked (dest, value as run)
 
     def decode_tok_s(self, concurrency: float, saturation_c: float) -> float:
         """Aggregate decode tok/s with ``concurrency`` requests in the server (base value at 16)."""
@@ -281,13 +295,26 @@ def _adjust(current: float, how: Adjust | None) -> float:
     return current * float(text)
 
 
+def resolve(scenario: Scenario, options: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The options as SGLang runs them (the scenario's adjustments applied, in order) and the lines it
+    prints about them."""
+    asked, resolved, lines = dict(options), dict(options), []
+    for adjustment in scenario.adjustments:
+        if rule_matches(adjustment.match, resolved, env):
+            resolved.update(adjustment.sets)
+            if adjustment.log:
+                lines.append(adjustment.log.format_map(asked))
+    return resolved, lines
+
+
 def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
              launch_seed: int | None = None) -> Outcome:
     """The modelled outcome of a configuration, from parsed options (dest names, defaults filled);
     with ``launch_seed``, one launch of it (run-to-run noise included)."""
     tok_s, ttft, startup, accept = (scenario.base.tok_s_c16, scenario.base.ttft_ms,
                                     scenario.base.startup_s, scenario.base.accept_len)
-    notices: list[str] = []
+    asked = options
+    options, notices = resolve(scenario, options, env)
     kernels = dict(scenario.kernels)
     matched: list[dict[str, Any]] = []
     for effect in scenario.effects:
@@ -303,4 +330,5 @@ def evaluate(scenario: Scenario, options: dict[str, Any], env: dict[str, str],
     noise = scenario.noise.own_deviation(matched) * scenario.noise.launch_factor(launch_seed)
     return Outcome(tok_s_c16=max(tok_s, 1e-6), ttft_ms=max(ttft, 0.0), startup_s=max(startup, 0.0),
                    accept_len=max(accept, 1.0), failure=failure, noise_factor=noise, notices=tuple(notices),
-                   kernels=tuple(kernels.items()), launch_seed=launch_seed)
+                   kernels=tuple(kernels.items()), launch_seed=launch_seed,
+                   ran_as=tuple((k, v) for k, v in options.items() if k not in asked or asked[k] != v))

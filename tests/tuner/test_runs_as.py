@@ -1,0 +1,124 @@
+"""Settings SGLang runs otherwise than asked, through the real sweep loop offline: a launch whose server
+reports another value (``/server_info``) teaches a rule, a proposal the rule turns into a configuration
+already measured is answered from it without a launch, and a failure is learned at the value it ran."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from core.flags import ran_otherwise
+from tests.conftest import start_sim
+from tuner.live import SweepView
+from tuner.results import SweepResults, load_results
+from tuner.study import Sweep
+from tuner.study_db import open_study
+from tuner.sweep_state import SweepOptions
+
+ADJUSTED = "deepep MoE is enabled. The expert parallel size is adjusted from {ep_size} to the tensor parallel size [8]."
+SCENARIO = f"""
+name: runs-as
+sglang_version: "0.5.23"
+gpu: {{name: NVIDIA H200, arch: sm_90, count: 8, memory_gb: 141}}
+time_scale: 50
+base: {{tok_s_c16: 500.0, ttft_ms: 200, startup_s: 100}}
+adjustments:
+  - match: {{moe_a2a_backend: deepep, ep_size: "!=8"}}
+    sets: {{ep_size: 8}}
+    log: "{ADJUSTED}"
+effects:
+  - {{match: {{moe_a2a_backend: deepep}}, tok_s: 1.2}}
+  - {{match: {{ep_size: 8}}, tok_s: 0.95}}
+failures:
+  - match: {{moe_runner_backend: cutlass, ep_size: ">1"}}
+    at: startup
+    exit_code: 1
+    log: "AssertionError: FP8 Cutlass MoE is only supported with ep_size == 1"
+"""
+SPACE = """
+name: runs-as
+engine: sim
+scenario: runs-as.yaml
+gpus_per_trial: 8
+startup_timeout_s: 30
+base: {model_path: /m, tp_size: 8}
+params:
+  moe_a2a_backend: {choices: [none, deepep]}
+  ep_size: {choices: [1, 2, 4, 8]}
+  moe_runner_backend: {choices: [auto, cutlass]}
+benchmark: {concurrency: 16, input_len: 32, output_len: 64, warmup_s: 0.3, duration_s: 1.0, request_timeout_s: 5}
+"""
+PLAIN = {"moe_a2a_backend": "none", "ep_size": 1, "moe_runner_backend": "auto"}
+
+
+def _space(tmp_path: Path) -> Path:
+    (tmp_path / "runs-as.yaml").write_text(SCENARIO)
+    (tmp_path / "space.yaml").write_text(SPACE)
+    return tmp_path / "space.yaml"
+
+
+def _sweep(tmp_path: Path, budget: int, queued: list[dict[str, object]]) -> tuple[SweepResults, str]:
+    study = open_study(tmp_path / "t.db", "runs-as")
+    for params in queued:
+        study.enqueue_trial(params)
+    out = io.StringIO()
+    opts = SweepOptions(space_path=str(_space(tmp_path)), db_path=str(tmp_path / "t.db"), budget=budget, seed=0,
+                        study_name="runs-as", offline=True, max_groups=1, gpus=8)
+    Sweep(opts, lambda n, b, s: SweepView(Console(file=out, width=240), n, b, s)).run()
+    return load_results(tmp_path / "t.db", "runs-as"), out.getvalue()
+
+
+def test_a_proposal_sglang_runs_as_a_measured_one_is_answered_from_it(tmp_path: Path) -> None:
+    asked = {"moe_a2a_backend": "deepep", "ep_size": 1, "moe_runner_backend": "auto"}
+    queued = [PLAIN, asked, *({**asked, "ep_size": ep} for ep in (2, 4, 8))]
+    results, out = _sweep(tmp_path, 4, queued)
+    runs = {r.params["ep_size"]: r for r in results.runs if r.params.get("moe_a2a_backend") == "deepep"}
+    assert runs[1].status == "ok" and runs[1].ran_as == {"ep_size": 8}, "the server ran EP 8, and said so"
+    assert "ep_size runs as 8 with ep_size=1, moe_a2a_backend=deepep, from trial 1 (the server's /server_info)" in out
+    assert runs[2].status == "ok", "one value asked says nothing of another: EP 2 is launched"
+    assert "ep_size runs as 8 with moe_a2a_backend=deepep, from trials 1, 2 (the server's /server_info)" in out
+    for ep in (4, 8):  # EP 4 with DeepEP runs as EP 8; EP 8 asks for what trial 1 ran
+        assert runs[ep].status == "cached" and runs[ep].cached_from == runs[1].trial_number, ep
+        assert runs[ep].tok_s == runs[1].tok_s
+    assert f"trial {runs[4].trial_number}: SGLang runs it as trial {runs[1].trial_number}" in out
+    assert any(text.startswith("ep_size runs as 8 with moe_a2a_backend=deepep") for text in results.rules), \
+        "kept in the store, shown"
+    plain = next(r for r in results.runs if r.params == PLAIN)
+    assert plain.status == "ok" and plain.ran_as is None, "ran as asked"
+    assert len([r for r in results.runs if r.status.launched]) == 4, "answers from a run cost no budget"
+
+
+def test_a_failure_is_learned_at_the_value_sglang_ran_it_with(tmp_path: Path) -> None:
+    deepep = {"moe_a2a_backend": "deepep", "ep_size": 1, "moe_runner_backend": "auto"}
+    cutlass = {**deepep, "moe_runner_backend": "cutlass"}  # asked EP 1, run at EP 8: "only ... ep_size == 1"
+    results, _ = _sweep(tmp_path, 4, [PLAIN, deepep, cutlass, {**cutlass, "ep_size": 2}])
+    failed = next(r for r in results.runs if r.params == cutlass)
+    assert failed.status == "infeasible"
+    assert any(text.startswith("ep_size != 1 with moe_runner_backend=cutlass") for text in results.rules), \
+        "the line's own bound, read at the EP size the server ran"
+    avoided = next(r for r in results.runs if r.params == {**cutlass, "ep_size": 2})
+    assert avoided.status == "avoided", "the same failure is not paid for again"
+
+
+def test_the_simulated_server_reports_the_settings_as_it_runs_them(tmp_path: Path) -> None:
+    _space(tmp_path)
+    flags = {"model_path": "/m", "tp_size": 8, "moe_a2a_backend": "deepep", "ep_size": 2}
+    server = start_sim(tmp_path / "runs-as.yaml", flags, tmp_path)
+    try:
+        info = server.server_info()
+        assert info["ep_size"] == 8 and info["moe_a2a_backend"] == "deepep"
+        assert ran_otherwise(flags, info) == {"ep_size": 8}
+        assert ADJUSTED.format(ep_size=2) in server.read_log()
+    finally:
+        server.stop()
+
+
+def test_a_setting_counts_as_run_otherwise_only_where_no_spelling_of_it_says_what_was_asked() -> None:
+    asked = {"cuda_graph_max_bs": 64, "mem_fraction_static": 0.85, "enable_torch_compile": True, "dtype": "auto"}
+    # 0.5.17 keeps the deprecated alias beside the new name; a value read back as text or as a float is the same
+    reported = {"cuda_graph_max_bs": None, "cuda_graph_max_bs_decode": 64, "mem_fraction_static": "0.85",
+                "enable_torch_compile": "true", "dtype": "bfloat16"}
+    assert ran_otherwise(asked, reported) == {"dtype": "bfloat16"}
+    assert ran_otherwise(asked, {}) == {}, "an option the server does not report is not a difference"

@@ -1,0 +1,181 @@
+"""Settings SGLang runs otherwise than asked, learned from the sweep's own launches.
+
+SGLang adjusts some settings while it resolves its arguments and says so in one log line at most:
+any all-to-all backend sets the expert-parallel size to the tensor-parallel size ("deepep MoE is
+enabled. The expert parallel size is adjusted from 1 to the tensor parallel size [8]."), ``fa3`` with
+an ``fp8_e5m2`` KV cache runs triton, topk 1 sets the draft tokens to steps + 1. Two configurations
+that differ only there are one server, and the second launch of it pays again for a measurement the
+sweep has. Each launch records what its server reports otherwise than asked (``/server_info``:
+:attr:`core.types.TrialResult.ran_as`); from those, a :class:`RunsAs` rule says which settings make
+SGLang run a setting as a value, and a proposal those rules turn into a configuration already
+measured is answered from that measurement, not launched.
+
+A rule's condition is worked out by contrast, as failures are (:mod:`tuner.failure_rules`): among the
+setting=value pairs that every launch adjusted that way had, those no launch that ran the setting as
+asked (at another value) had; the smallest such sets (one pair, else two), all of them together when
+several fit, so a rule reaches no further than the launches show; and the value asked, until two
+values asked ran alike (what a setting runs as may depend on it: DP attention divides the chunked
+prefill size). Derived again from all launches
+after each one, so a resumed sweep derives the same rules and a launch that contradicts one ends it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.flags import same_value
+from core.types import Config, RunStatus
+
+Pair = tuple[str, str]  # (dest, value as JSON-ish text): flag values of any type compare alike
+MAX_CONDITION = 2
+SHOWN_TRIALS = 4  # a rule's supporting trials named in its description, then a count
+
+
+def _pair(dest: str, value: Any) -> Pair:
+    return dest, repr(value)
+
+
+def _pairs(flags: dict[str, Any]) -> frozenset[Pair]:
+    return frozenset(_pair(k, v) for k, v in flags.items())
+
+
+@dataclass(frozen=True)
+class RunsAs:
+    """SGLang runs ``dest`` as ``value`` whenever a launch's flags hold every pair of ``condition``
+    (dest -> value asked), as launches ``trials`` showed."""
+
+    dest: str
+    value: Any
+    condition: tuple[tuple[str, Any], ...]
+    trials: tuple[int, ...]
+
+    def covers(self, flags: dict[str, Any]) -> bool:
+        """Do these flags hold the condition and ask ``dest`` otherwise than it runs?"""
+        if self.dest in flags and same_value(flags[self.dest], self.value):
+            return False
+        return all(dest in flags and _pair(dest, flags[dest]) == _pair(dest, v) for dest, v in self.condition)
+
+    def describe(self) -> str:
+        """E.g. "ep_size runs as 8 with moe_a2a_backend=deepep, from trial 3 (the server's /server_info)"."""
+        cond = ", ".join(f"{k}={v}" for k, v in self.condition)
+        shown = ", ".join(map(str, self.trials[:SHOWN_TRIALS]))
+        more = f" and {len(self.trials) - SHOWN_TRIALS} more" if len(self.trials) > SHOWN_TRIALS else ""
+        return f"{self.dest} runs as {self.value} with {cond}, from trial{'s' * (len(self.trials) > 1)} " \
+               f"{shown}{more} (the server's /server_info)"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form, for the store."""
+        return {"runs_as": {"dest": self.dest, "value": self.value, "condition": dict(self.condition),
+                            "trials": list(self.trials)}}
+
+
+def learn(runs: Iterable[Any]) -> list[RunsAs]:
+    """The rules the measured runs (``RunRow``-like: ``flags``, ``ran_as``, ``status``) support."""
+    measured = [r for r in runs if r.status == RunStatus.OK and r.repeat_of is None]
+    seen: dict[Pair, tuple[str, Any]] = {}
+    for r in measured:
+        for dest, value in (r.ran_as or {}).items():
+            seen.setdefault(_pair(dest, value), (dest, value))
+    rules: list[RunsAs] = []
+    for dest, value in seen.values():
+        adjusted = [r for r in measured if _pair(dest, (r.ran_as or {}).get(dest)) == _pair(dest, value)]
+        as_asked = [_pairs(r.flags) for r in measured if dest in r.flags and dest not in (r.ran_as or {})
+                    and _pair(dest, r.flags[dest]) != _pair(dest, value)]
+        rules += _cover(dest, value, adjusted, as_asked)
+    return rules
+
+
+def _cover(dest: str, value: Any, adjusted: Sequence[Any], as_asked: Sequence[frozenset[Pair]]) -> list[RunsAs]:
+    """Rules that explain the ``adjusted`` runs, greedily: the condition (one pair, else two) that no
+    as-asked run has and that covers the most of them first; conditions that cover the same runs are
+    joined, so one run alone says no more than all it had that the as-asked runs did not."""
+    left, out = list(adjusted), []
+    while left:
+        fits = _fits(left, as_asked)
+        if not fits:
+            break
+        covered = max(fits, key=lambda c: (len(c), -min(c)))
+        group = [left[i] for i in sorted(covered)]
+        condition = frozenset().union(*fits[covered])
+        asked = {_pair(dest, r.flags.get(dest)) for r in group}
+        if len(asked) == 1 and dest in group[0].flags:  # what it runs as may depend on what was asked
+            condition |= asked
+        out.append(_rule(dest, value, group, condition))
+        left = [r for i, r in enumerate(left) if i not in covered]
+    return out
+
+
+def _fits(left: Sequence[Any], as_asked: Sequence[frozenset[Pair]]) -> dict[frozenset[int], list[frozenset[Pair]]]:
+    """The smallest conditions (pairs of some run of ``left``) no as-asked run has, by the runs each covers."""
+    fits: dict[frozenset[int], list[frozenset[Pair]]] = {}
+    held = [_pairs(r.flags) for r in left]
+    for size in range(1, MAX_CONDITION + 1):
+        for pairs in held:
+            for combo in itertools.combinations(sorted(pairs), size):
+                cond = frozenset(combo)
+                if any(cond <= other for other in as_asked):
+                    continue
+                covered = frozenset(i for i, h in enumerate(held) if cond <= h)
+                if cond not in fits.setdefault(covered, []):
+                    fits[covered].append(cond)
+        if fits:
+            return fits
+    return fits
+
+
+def _rule(dest: str, value: Any, adjusted: Sequence[Any], condition: frozenset[Pair]) -> RunsAs:
+    flags = adjusted[0].flags
+    cond = tuple(sorted((k, flags[k]) for k, _ in condition))
+    return RunsAs(dest, value, cond, tuple(sorted(r.trial_number for r in adjusted)))
+
+
+class RunsAsBook:
+    """The runs-as rules of one running sweep and what each measured configuration ran as."""
+
+    def __init__(self) -> None:
+        self.rules: list[RunsAs] = []
+        self._measured: dict[str, list[Any]] = {}  # the flags a configuration ran with (a key) -> its measured runs
+
+    def refresh(self, runs: Sequence[Any]) -> list[RunsAs]:
+        """Derive the rules from the sweep's runs; returns the new ones (a new condition, not only
+        more trials behind one)."""
+        before = {(r.dest, repr(r.value), r.condition) for r in self.rules}
+        self.rules = learn(runs)
+        self._measured = {}
+        for r in sorted(runs, key=lambda r: r.trial_number):
+            if r.status == RunStatus.OK and r.repeat_of is None:
+                self._measured.setdefault(_flags_key({**r.flags, **(r.ran_as or {})}), []).append(r)
+        return [r for r in self.rules if (r.dest, repr(r.value), r.condition) not in before]
+
+    def runs_as(self, config: Config) -> tuple[Any, list[RunsAs]] | None:
+        """The measured run ``config`` would repeat as SGLang runs it (a rule changes it into what that
+        run ran as, or it asks for what that run ran as), and the rules that say so; None when the
+        configuration it runs as is unmeasured."""
+        flags, used = dict(config.flags), []
+        for rule in self.rules:
+            if rule.covers(config.flags):
+                flags[rule.dest] = rule.value
+                used.append(rule)
+        env = dict(config.env)  # the same environment: a run's key is of its flags as asked and its env
+        prior = next((r for r in self._measured.get(_flags_key(flags), [])
+                      if Config(params={}, flags=r.flags, env=env).key() == r.config_key), None)
+        return (prior, used) if prior is not None else None
+
+    def effective_params(self, params: dict[str, Any], flags: dict[str, Any],
+                         ran_as: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``params`` as the server runs them: a setting whose name is an option SGLang runs otherwise
+        (as the launch's ``ran_as`` reports, else as a rule says) takes the value it runs as, so a
+        failure at "EP 1" that SGLang ran at EP 8 is learned, and judged, at EP 8."""
+        runs = dict(ran_as) if ran_as else {r.dest: r.value for r in self.rules if r.covers(flags)}
+        return {**params, **{k: v for k, v in runs.items() if k in params}}
+
+    def records(self) -> list[tuple[str, dict[str, Any]]]:
+        """(text, JSON form) of every rule, for the store."""
+        return [(r.describe(), r.as_dict()) for r in self.rules]
+
+
+def _flags_key(flags: dict[str, Any]) -> str:
+    return Config(params={}, flags=flags).key()
