@@ -69,6 +69,7 @@ class Run:
     avoided: int
     confirmations: int  # launches after the budget (--confirm): measured again, not searched
     seconds: float
+    run_alike: int = 0  # proposals answered from a run of other settings that SGLang runs alike (tuner/runs_as.py)
 
 
 @cache
@@ -133,7 +134,14 @@ def one_run(space_path: str, strategy: str, parallel: int, seed: int, budget: in
     return Run(Path(space_path).stem, strategy, parallel, seed, (best_true or 0) / optimum,
                max(values, default=0.0) / optimum, reached,
                sum(r.tok_s is None for r in launched), repeated, sum(r.status == "avoided" for r in runs),
-               sum(r.repeat_of is not None and not r.remeasure for r in runs), seconds)
+               sum(r.repeat_of is not None and not r.remeasure for r in runs), seconds, _run_alike(runs))
+
+
+def _run_alike(runs):  # type: ignore[no-untyped-def]
+    """Proposals answered from the run of a configuration with other settings (SGLang runs them alike)."""
+    params = {r.trial_number: r.params for r in runs}
+    return sum(r.status == "cached" and r.cached_from is not None and params.get(r.cached_from) != r.params
+               for r in runs)
 
 
 def _config(space, params):  # type: ignore[no-untyped-def]
@@ -163,7 +171,8 @@ def trace(space_path: str, strategy: str, parallel: int, seed: int, budget: int)
 def summarize(runs: list[Run], budget: int) -> None:
     """One line per (space, strategy, parallel)."""
     print(f"{'space':<24} {'strategy':<11} {'par':>3} {'>=97%':>6} {'median':>7} {'worst':>6} "
-          f"{'found':>6} {'95% at':>6} {'infeas':>6} {'repeat':>6} {'avoid':>6} {'conf':>5} {'s/run':>6}")
+          f"{'found':>6} {'95% at':>6} {'infeas':>6} {'repeat':>6} {'avoid':>6} {'alike':>6} {'conf':>5} "
+          f"{'s/run':>6}")
     keys = sorted({(r.space, r.strategy, r.parallel) for r in runs})
     for space, strategy, parallel in keys:
         rs = [r for r in runs if (r.space, r.strategy, r.parallel) == (space, strategy, parallel)]
@@ -175,7 +184,8 @@ def summarize(runs: list[Run], budget: int) -> None:
               f"{statistics.median(reached) if reached else '-':>6} "
               f"{statistics.mean(r.infeasible for r in rs):>6.1f} "
               f"{statistics.mean(r.repeated_failures for r in rs):>6.1f} "
-              f"{statistics.mean(r.avoided for r in rs):>6.1f} {statistics.mean(r.confirmations for r in rs):>5.1f} "
+              f"{statistics.mean(r.avoided for r in rs):>6.1f} {statistics.mean(r.run_alike for r in rs):>6.1f} "
+              f"{statistics.mean(r.confirmations for r in rs):>5.1f} "
               f"{statistics.mean(r.seconds for r in rs):>6.1f}")
 
 
@@ -233,7 +243,7 @@ def main() -> None:
             print(f"{r.space:<24} {r.strategy:<11} par {r.parallel} seed {r.seed}: best {r.best_share:.1%} "
                   f"(launched {r.found_share:.1%}), 95% at launch {r.reached_95 or '-'}, "
                   f"infeasible {r.infeasible}, repeated failures "
-                  f"{r.repeated_failures}, avoided {r.avoided}, {r.seconds:.1f} s")
+                  f"{r.repeated_failures}, avoided {r.avoided}, run alike {r.run_alike}, {r.seconds:.1f} s")
     summarize(runs, args.budget)
 
 

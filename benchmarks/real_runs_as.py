@@ -1,0 +1,114 @@
+"""What real SGLang runs otherwise than asked, and what the tuner reads back (run on a GPU machine).
+
+Part 1 resolves SGLang's own ``ServerArgs`` for option sets the bundled scenarios model (an all-to-all
+backend with an EP size, fa3 with an fp8_e5m2 KV cache, the cutlass runner with EP, draft tokens
+with topk 1, flashmla with topk 2) and prints, per set, the options SGLang changed, the lines it
+logged, or the error it raised. Part 2 launches one server the way a trial does (``core.render`` +
+``workers.server.ServerProcess``), reads ``/server_info`` as the worker does and prints what
+``core.flags.ran_otherwise`` makes of it (``TrialResult.ran_as``).
+
+    python benchmarks/real_runs_as.py --model /tmp/tiny [--launch]    # with SGLang importable
+
+(docs/real-gpu.md: what it printed on an H200 with SGLang 0.5.17.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CASES: dict[str, dict[str, Any]] = {
+    "deepep, EP 1 of TP 8": {"tp_size": 8, "ep_size": 1, "moe_a2a_backend": "deepep"},
+    "mooncake, EP 2 of TP 8": {"tp_size": 8, "ep_size": 2, "moe_a2a_backend": "mooncake"},
+    "fa3 with an fp8_e5m2 KV cache": {"attention_backend": "fa3", "kv_cache_dtype": "fp8_e5m2"},
+    "cutlass fp8, EP 2 of TP 8": {"tp_size": 8, "ep_size": 2, "moe_runner_backend": "cutlass", "quantization": "fp8"},
+    "cutlass fp8 with deepep, EP 1 of TP 8": {"tp_size": 8, "ep_size": 1, "moe_runner_backend": "cutlass",
+                                              "quantization": "fp8", "moe_a2a_backend": "deepep"},
+    "EAGLE topk 1, 3 steps, 8 draft tokens": {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3,
+                                              "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 8},
+    "flashmla with EAGLE topk 2": {"attention_backend": "flashmla", "speculative_algorithm": "EAGLE",
+                                   "speculative_num_steps": 3, "speculative_eagle_topk": 2,
+                                   "speculative_num_draft_tokens": 4},
+}
+LAUNCH = {"load_format": "dummy", "mem_fraction_static": 0.3, "attention_backend": "fa3",
+          "kv_cache_dtype": "fp8_e5m2", "sampling_backend": "pytorch", "grammar_backend": "none"}
+
+
+def resolve(model: str, options: dict[str, Any]) -> str:
+    """What SGLang's ServerArgs makes of ``options``: the changed ones and its log lines, or its error."""
+    from sglang.srt.server_args import ServerArgs
+
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    logging.getLogger().addHandler(handler)
+    asked = {"model_path": model, **options}
+    if "speculative_algorithm" in options:
+        asked["speculative_draft_model_path"] = model
+    try:
+        args = ServerArgs(**asked)
+    except Exception as exc:  # the point is to print what SGLang raises
+        return f"raised {type(exc).__name__}: {exc}"
+    finally:
+        logging.getLogger().removeHandler(handler)
+    resolved = dataclasses.asdict(args)
+    changed = {k: resolved[k] for k, v in options.items() if k in resolved and resolved[k] != v}
+    said = [line for line in lines.getvalue().splitlines() if line.strip()]
+    return f"runs {changed or 'as asked'}" + "".join(f"\n      log: {line[:200]}" for line in said)
+
+
+def launch(model: str, python: str) -> None:
+    """One server as a trial launches it, and what the worker reads back from /server_info."""
+    from core.flags import FlagTable, ran_otherwise
+    from core.render import render
+    from core.types import Config, EngineKind, EngineSpec
+    from workers.server import ServerProcess, free_port
+
+    flags = {"model_path": model, **LAUNCH}
+    port = free_port()
+    engine = EngineSpec(kind=EngineKind.SGLANG, python=python)
+    cmd = render(Config(params={}, flags=flags), FlagTable.bundled("0.5.17"), engine, host="127.0.0.1", port=port)
+    log = Path(tempfile.mkdtemp()) / "server.log"
+    server = ServerProcess(cmd, log, url=f"http://127.0.0.1:{port}")
+    t0 = time.monotonic()
+    server.start()
+    try:
+        startup = server.wait_ready(600)
+        info = server.server_info()
+        print(f"launched {' '.join(cmd.argv[3:])}: ready in {startup:.0f} s")
+        print(f"  /server_info: attention_backend={info.get('attention_backend')} "
+              f"kv_cache_dtype={info.get('kv_cache_dtype')} version={info.get('version')}")
+        print(f"  ran_as (what the trial records): {ran_otherwise(flags, info)}")
+    except Exception as exc:  # print why, and the server's last lines
+        print(f"launch failed after {time.monotonic() - t0:.0f} s: {exc}")
+        print("\n".join(server.read_log().splitlines()[-15:]))
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    """Parse arguments, resolve each case, optionally launch one server."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a model directory (dummy weights will do)")
+    parser.add_argument("--launch", action="store_true", help="also launch one server and read /server_info")
+    parser.add_argument("--python", default=sys.executable, help="the Python that runs SGLang")
+    args = parser.parse_args()
+    import sglang
+
+    print(f"SGLang {sglang.__version__}")
+    for name, options in CASES.items():
+        print(f"  {name}: {resolve(args.model, options)}")
+    if args.launch:
+        launch(args.model, args.python)
+
+
+if __name__ == "__main__":
+    main()
