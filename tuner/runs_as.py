@@ -89,17 +89,19 @@ def learn(runs: Iterable[Any]) -> list[RunsAs]:
 
 
 def _cover(dest: str, value: Any, adjusted: Sequence[Any], as_asked: Sequence[frozenset[Pair]]) -> list[RunsAs]:
-    """Rules that explain the ``adjusted`` runs, greedily: the condition (one pair, else two) that no
-    as-asked run has and that covers the most of them first; conditions that cover the same runs are
-    joined, so one run alone says no more than all it had that the as-asked runs did not."""
+    """Rules that explain the ``adjusted`` runs, greedily: the runs that one condition (one or two
+    pairs) no as-asked run has covers, the most of them first; the smallest such conditions that
+    cover just those runs are joined, so one run alone says no more than all it had that the
+    as-asked runs did not, and a pair that only one run had does not stand for a condition several share."""
     left, out = list(adjusted), []
     while left:
         fits = _fits(left, as_asked)
         if not fits:
             break
-        covered = max(fits, key=lambda c: (len(c), -min(c)))
+        covered = max(fits, key=lambda c: (len(c), -min(len(f) for f in fits[c]), -min(c)))
+        smallest = min(len(f) for f in fits[covered])
         group = [left[i] for i in sorted(covered)]
-        condition = frozenset().union(*fits[covered])
+        condition = frozenset().union(*(f for f in fits[covered] if len(f) == smallest))
         asked = {_pair(dest, r.flags.get(dest)) for r in group}
         if len(asked) == 1 and dest in group[0].flags:  # what it runs as may depend on what was asked
             condition |= asked
@@ -109,20 +111,19 @@ def _cover(dest: str, value: Any, adjusted: Sequence[Any], as_asked: Sequence[fr
 
 
 def _fits(left: Sequence[Any], as_asked: Sequence[frozenset[Pair]]) -> dict[frozenset[int], list[frozenset[Pair]]]:
-    """The smallest conditions (pairs of some run of ``left``) no as-asked run has, by the runs each covers."""
+    """The conditions (one or two pairs of some run of ``left``) no as-asked run has, by the runs each covers."""
     fits: dict[frozenset[int], list[frozenset[Pair]]] = {}
     held = [_pairs(r.flags) for r in left]
+    tried: set[frozenset[Pair]] = set()
     for size in range(1, MAX_CONDITION + 1):
         for pairs in held:
             for combo in itertools.combinations(sorted(pairs), size):
                 cond = frozenset(combo)
-                if any(cond <= other for other in as_asked):
+                if cond in tried or any(cond <= other for other in as_asked):
+                    tried.add(cond)
                     continue
-                covered = frozenset(i for i, h in enumerate(held) if cond <= h)
-                if cond not in fits.setdefault(covered, []):
-                    fits[covered].append(cond)
-        if fits:
-            return fits
+                tried.add(cond)
+                fits.setdefault(frozenset(i for i, h in enumerate(held) if cond <= h), []).append(cond)
     return fits
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
 
 from rich.console import Console
 
 from core.flags import ran_otherwise
+from core.types import RunStatus
 from tests.conftest import start_sim
 from tuner.live import SweepView
 from tuner.results import SweepResults, load_results
+from tuner.runs_as import learn
 from tuner.study import Sweep
 from tuner.study_db import open_study
 from tuner.sweep_state import SweepOptions
@@ -122,3 +125,21 @@ def test_a_setting_counts_as_run_otherwise_only_where_no_spelling_of_it_says_wha
                 "enable_torch_compile": "true", "dtype": "bfloat16"}
     assert ran_otherwise(asked, reported) == {"dtype": "bfloat16"}
     assert ran_otherwise(asked, {}) == {}, "an option the server does not report is not a difference"
+
+
+def _run(number: int, ran_as: dict[str, object] | None = None, **flags: object) -> SimpleNamespace:
+    return SimpleNamespace(trial_number=number, flags=flags, ran_as=ran_as, status=RunStatus.OK, repeat_of=None)
+
+
+def test_a_rule_is_what_the_adjusted_launches_share_and_no_launch_run_as_asked_has() -> None:
+    # topk 1 runs steps + 1 draft tokens: 4 steps ran as 5 whether 4 or 8 were asked; topk 4 runs as asked
+    runs = [_run(0, None, steps=4, topk=4, draft=4), _run(1, None, steps=3, topk=1, draft=4),
+            _run(2, {"draft": 5}, steps=4, topk=1, draft=4), _run(3, {"draft": 5}, steps=4, topk=1, draft=8)]
+    [rule] = learn(runs)
+    assert (rule.dest, rule.value, dict(rule.condition), rule.trials) == ("draft", 5, {"steps": 4, "topk": 1}, (2, 3))
+    assert not rule.covers({"steps": 4, "topk": 4, "draft": 8}), "draft 8 alone is not what made it run as 5"
+    assert not rule.covers({"steps": 4, "topk": 1, "draft": 5}), "asks for what it runs as: nothing to change"
+    [alone] = learn(runs[:3])  # one launch: the asked value stays in the rule
+    assert dict(alone.condition) == {"steps": 4, "topk": 1, "draft": 4}
+    contradicted = [*runs, _run(4, None, steps=4, topk=1, draft=16)]  # ran as asked: not topk and steps alone
+    assert all(dict(r.condition) != {"steps": 4, "topk": 1} for r in learn(contradicted))
