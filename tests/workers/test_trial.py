@@ -41,6 +41,16 @@ def test_a_good_trial_is_measured(runner: TrialRunner, tmp_path: Path) -> None:
     assert "--model-path" in result.argv and "--port" in result.argv
     assert "The server is fired up" in result.server_log
     assert runner.phase.phase == "idle"
+    assert result.ran_as == {}, "the server's /server_info says it runs what it was asked"
+
+
+def test_a_trial_records_what_the_server_runs_otherwise_than_asked(runner: TrialRunner, tmp_path: Path) -> None:
+    scenario = tmp_path / "adjusting.yaml"  # as SGLang does with an all-to-all backend
+    scenario.write_text(SCENARIO.read_text().replace("effects:", "adjustments:\n  - {match: {moe_a2a_backend: "
+                                                      "deepep}, sets: {ep_size: 2}}\neffects:", 1))
+    flags = {"tp_size": 2, "ep_size": 1, "moe_a2a_backend": "deepep"}
+    result = runner.run(_spec(3, flags, tmp_path, scenario=scenario))
+    assert result.ok and result.ran_as == {"ep_size": 2}
 
 
 @pytest.mark.parametrize(("flags", "kind"), [
