@@ -40,6 +40,12 @@ class RuleBook:
                            for r in runs if r.status.launched and (r.tok_s is not None or r.failure_kind)
                            and r.failure_kind != FailureKind.SLO_MISSED])  # a latency, not a failure of settings
 
+    def relearn(self, runs: Sequence[Any]) -> list[str]:
+        """Derive what SGLang runs otherwise (:attr:`runs_as`), then the failure rules, from the sweep's
+        runs; the descriptions of the new ones."""
+        adjusted = [r.describe() for r in self.runs_as.refresh(runs)]
+        return adjusted + [r.describe(self.domains) for r in self.refresh(runs)]
+
     def learn(self, observations: Sequence[Observation]) -> list[Rule]:
         """Derive the rules from these launches (all of the sweep's); returns the new confirmed ones."""
         before = {(r.params, r.kind) for r in self.rules}

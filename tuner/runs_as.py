@@ -10,12 +10,13 @@ sweep has. Each launch records what its server reports otherwise than asked (``/
 SGLang run a setting as a value, and a proposal those rules turn into a configuration already
 measured is answered from that measurement, not launched.
 
-A rule's condition is worked out by contrast, as failures are (:mod:`tuner.failure_rules`): among the
-setting=value pairs that every launch adjusted that way had, those no launch that ran the setting as
-asked (at another value) had; the smallest such sets (one pair, else two), all of them together when
-several fit, so a rule reaches no further than the launches show; and the value asked, until two
-values asked ran alike (what a setting runs as may depend on it: DP attention divides the chunked
-prefill size). Derived again from all launches
+A rule's condition is worked out by contrast, as failures are (:mod:`tuner.failure_rules`): a set of
+one or two setting=value pairs that adjusted launches had and no launch that ran the setting as asked
+(at another value) had. The condition that covers the most adjusted launches is taken first, joined
+with the other smallest ones that cover the same launches, so one launch alone says no more than all
+it had that the as-asked ones did not, and a pair only one launch had does not stand for what several
+share; the asked value stays in the condition until two asked values ran alike (what a setting runs
+as may depend on it: DP attention divides the chunked prefill size). Derived again from all launches
 after each one, so a resumed sweep derives the same rules and a launch that contradicts one ends it.
 """
 
@@ -29,7 +30,7 @@ from typing import Any
 from core.flags import same_value
 from core.types import Config, RunStatus
 
-Pair = tuple[str, str]  # (dest, value as JSON-ish text): flag values of any type compare alike
+Pair = tuple[str, str]  # (dest, repr of the value): hashable whatever the value's type
 MAX_CONDITION = 2
 SHOWN_TRIALS = 4  # a rule's supporting trials named in its description, then a count
 
@@ -151,10 +152,10 @@ class RunsAsBook:
                 self._measured.setdefault(_flags_key({**r.flags, **(r.ran_as or {})}), []).append(r)
         return [r for r in self.rules if (r.dest, repr(r.value), r.condition) not in before]
 
-    def runs_as(self, config: Config) -> tuple[Any, list[RunsAs]] | None:
+    def runs_as(self, config: Config) -> tuple[Any, str] | None:
         """The measured run ``config`` would repeat as SGLang runs it (a rule changes it into what that
-        run ran as, or it asks for what that run ran as), and the rules that say so; None when the
-        configuration it runs as is unmeasured."""
+        run ran as, or it asks for what that run ran as), and why; None when the configuration it runs
+        as is unmeasured."""
         flags, used = dict(config.flags), []
         for rule in self.rules:
             if rule.covers(config.flags):
@@ -163,7 +164,9 @@ class RunsAsBook:
         env = dict(config.env)  # the same environment: a run's key is of its flags as asked and its env
         prior = next((r for r in self._measured.get(_flags_key(flags), [])
                       if Config(params={}, flags=r.flags, env=env).key() == r.config_key), None)
-        return (prior, used) if prior is not None else None
+        if prior is None:
+            return None
+        return prior, "; ".join(r.describe() for r in used) or f"trial {prior.trial_number} ran as it asks"
 
     def effective_params(self, params: dict[str, Any], flags: dict[str, Any],
                          ran_as: dict[str, Any] | None = None) -> dict[str, Any]:

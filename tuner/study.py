@@ -146,9 +146,7 @@ class Sweep:
         study = open_study(self.opts.db_path, name, sampler)
         check_resumable(study, space, self.opts.db_path)
         self.recorder = Recorder(self.store, sweep, artifact_store(self.opts.db_path))
-        recorded = self.store.runs(sweep.id)
-        rules.runs_as.refresh(recorded)
-        rules.refresh(recorded)
+        rules.relearn(self.store.runs(sweep.id))
         view = self.view_factory(name, self.opts.budget, node.time_scale)
         view.groups = [GroupView(s.label) for s in slots]
         coord = Coordination(self.store.engine, sweep.id, str(self.store.db))
@@ -169,10 +167,8 @@ class Sweep:
             view.log(f"group {s.index}: {s.host} ({s.detail}), GPUs {','.join(s.gpu_ids)}")
         for p in ctx.space.pruned:
             view.log(f"pruned {p.reason}")
-        for rule in ctx.rules.rules:
-            view.log(f"learned before: {rule.describe(ctx.rules.domains)}")
-        for adjusted in ctx.rules.runs_as.rules:
-            view.log(f"learned before: {adjusted.describe()}")
+        for text, _ in ctx.rules.records():  # failure rules, then settings SGLang runs otherwise
+            view.log(f"learned before: {text}")
         done = self.store.count_launched(ctx.sweep.id)
         if done >= self.opts.budget:
             view.log(f"study {ctx.sweep.study_name} already has {done} finished trials (--budget "
@@ -284,11 +280,9 @@ class Sweep:
             return True
         key = config.key()
         prior = self.store.measured(ctx.sweep.id, key)
-        runs_as = ctx.rules.runs_as.runs_as(config) if prior is None else None
-        if runs_as is not None:
-            prior, used = runs_as
-            ctx.view.log(f"trial {trial.number}: SGLang runs it as trial {prior.trial_number} "
-                         f"({'; '.join(r.describe() for r in used)}): not launched")
+        if prior is None and (alike := ctx.rules.runs_as.runs_as(config)) is not None:
+            prior, why = alike
+            ctx.view.log(f"trial {trial.number}: SGLang runs it as trial {prior.trial_number} ({why}): not launched")
         if prior is not None:
             run = self.recorder.answer_from_store(ctx.study, trial, config, prior)
             ctx.view.finished(run, None, self.store.count_launched(ctx.sweep.id))
@@ -353,10 +347,8 @@ class Sweep:
         ctx.view.finished(run, result.finished_at - result.started_at, self.store.count_launched(ctx.sweep.id))
         if run.status in (RunStatus.OK, RunStatus.INFEASIBLE):
             runs = self.store.runs(ctx.sweep.id)
-            for adjusted in ctx.rules.runs_as.refresh(runs):
-                ctx.view.log(f"learned: {adjusted.describe()}")
-            for rule in ctx.rules.refresh(runs):
-                ctx.view.log(f"learned: {rule.describe(ctx.rules.domains)}")
+            for text in ctx.rules.relearn(runs):
+                ctx.view.log(f"learned: {text}")
             records = ctx.rules.records()
             self.store.replace_rules(ctx.sweep.id, records)
             # shown by the dashboard, on the study's page
