@@ -9,7 +9,8 @@ logged, or the error it raised. Part 2 launches one server the way a trial does 
 
     python benchmarks/real_runs_as.py --model /tmp/tiny [--launch]    # with SGLang importable
 
-(docs/real-gpu.md: what it printed on an H200 with SGLang 0.5.17.)
+(Written 2026-12-07 for the H200 with SGLang 0.5.17 of ../shared/gpu-kit; not run yet: no device
+machine could be started that session.)
 """
 
 from __future__ import annotations
