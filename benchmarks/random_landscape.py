@@ -118,6 +118,27 @@ def write_many(first: int, count: int, run_cv: float = RUN_CV) -> list[str]:
     return [str(write(first + i, out, run_cv)) for i in range(count)]
 
 
+def adjusted(space_path: str) -> str:
+    """A copy of a random landscape (``<space>-adjusted``) where, as SGLang does with an all-to-all
+    backend and the EP size, one setting's value makes SGLang run another at one value whatever was asked:
+    ``{A: a}`` sets ``B = b``, drawn from the landscape's seed apart from the rest of it (A's value not
+    its first, so the baseline runs as asked). Effects, failures and ``/server_info`` see ``b``; the
+    failure share is not drawn again."""
+    source = Path(space_path)
+    space = yaml.safe_load(source.read_text())
+    scenario = yaml.safe_load((source.parent / space["scenario"]).read_text())
+    rng = random.Random(f"{scenario['name']}:adjusted")
+    params = {name: spec["choices"] for name, spec in space["params"].items()}
+    a, b = rng.sample(sorted(params), 2)
+    scenario["adjustments"] = [{"match": {a: rng.choice(params[a][1:])}, "sets": {b: rng.choice(params[b])}}]
+    name = f"{source.stem}-adjusted"
+    out = Path(tempfile.mkdtemp(prefix="adjusted-"))
+    scenario["name"] = space["name"] = name
+    (out / f"{name}.scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    (out / f"{name}.yaml").write_text(yaml.safe_dump({**space, "scenario": f"{name}.scenario.yaml"}, sort_keys=False))
+    return str(out / f"{name}.yaml")
+
+
 def redraw(space_path: str, instances: int) -> list[str]:
     """``space_path`` and ``instances - 1`` more instances of its landscape, in a new temporary folder:
     the same space and scenario with the scenario's ``noise.seed`` moved on by 1, 2, ... (named

@@ -12,7 +12,7 @@ infeasible launches; launches that hit a failure already seen in the same sweep
 
     python benchmarks/sampler_efficiency.py [--spaces a.yaml b.yaml] [--strategies model tpe random coordinate]
         [--seeds 10] [--first-seed 0] [--budget 40] [--parallel 1 2] [--jobs 2] [--random N]
-        [--first-landscape SEED] [--run-cv CV] [--confirm N] [--instances K] [--per-seed] [--trace]
+        [--first-landscape SEED] [--adjusted] [--run-cv CV] [--confirm N] [--instances K] [--per-seed] [--trace]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from workers.sim.offline import OfflineModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from external_samplers import register
-from random_landscape import RUN_CV, redraw, write_many
+from random_landscape import RUN_CV, adjusted, redraw, write_many
 
 EXTERNAL = register()  # strategies from optimizers that install here (SMAC3)
 
@@ -218,6 +218,8 @@ def main() -> None:
                         help="the random landscapes' launch-to-launch noise (scenario noise.run_cv)")
     parser.add_argument("--trace", action="store_true", help="print each launch of one sweep (the first "
                         "strategy, parallel and seed): its true share, the scenario's failure it hit, what it changed")
+    parser.add_argument("--adjusted", action="store_true", help="each --random landscape with one setting "
+                        "that makes SGLang run another at one value (random_landscape.adjusted: random-N-adjusted)")
     parser.add_argument("--instances", type=int, default=1, metavar="K",
                         help="each --spaces landscape also with its scenario's noise seed moved on by 1..K-1 "
                         "(named space@1, ...): K draws of its deviations and launch noise")
@@ -225,7 +227,8 @@ def main() -> None:
     _quiet()
     args.spaces = [p for path in args.spaces for p in redraw(path, args.instances)]
     if args.random:
-        args.spaces = [*args.spaces, *write_many(args.first_landscape, args.random, args.run_cv)]
+        drawn = write_many(args.first_landscape, args.random, args.run_cv)
+        args.spaces = [*args.spaces, *(map(adjusted, drawn) if args.adjusted else drawn)]
     for path in args.spaces:
         _model, optimum = landscape(path)
         print(f"{Path(path).stem}: optimum {optimum:.2f} modelled tok/s@C16", flush=True)
