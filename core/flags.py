@@ -40,11 +40,8 @@ def spellings(name: str) -> tuple[str, ...]:
 
 def same_value(asked: Any, reported: Any) -> bool:
     """Does a server's reported option value say what was asked (numbers by value, else by text)?"""
-    if isinstance(asked, bool) or isinstance(reported, bool):
-        return str(asked).lower() == str(reported).lower()
-    if isinstance(asked, int | float) and isinstance(reported, int | float):
-        return float(asked) == float(reported)
-    return str(asked).lower() == str(reported).lower()
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (asked, reported))
+    return float(asked) == float(reported) if numbers else str(asked).lower() == str(reported).lower()
 
 
 def ran_otherwise(flags: dict[str, Any], reported: dict[str, Any]) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class RunsAs:
 
 def learn(runs: Iterable[Any]) -> list[RunsAs]:
     """The rules the measured runs (``RunRow``-like: ``flags``, ``ran_as``, ``status``) support."""
-    measured = [r for r in runs if r.status == RunStatus.OK and r.repeat_of is None]
+    measured = _measured(runs)
     seen: dict[Pair, tuple[str, Any]] = {}
     for r in measured:
         for dest, value in (r.ran_as or {}).items():
@@ -147,9 +147,8 @@ class RunsAsBook:
         before = {(r.dest, repr(r.value), r.condition) for r in self.rules}
         self.rules = learn(runs)
         self._measured = {}
-        for r in sorted(runs, key=lambda r: r.trial_number):
-            if r.status == RunStatus.OK and r.repeat_of is None:
-                self._measured.setdefault(_flags_key({**r.flags, **(r.ran_as or {})}), []).append(r)
+        for r in sorted(_measured(runs), key=lambda r: r.trial_number):
+            self._measured.setdefault(_flags_key({**r.flags, **(r.ran_as or {})}), []).append(r)
         return [r for r in self.rules if (r.dest, repr(r.value), r.condition) not in before]
 
     def runs_as(self, config: Config) -> tuple[Any, str] | None:
@@ -179,6 +178,11 @@ class RunsAsBook:
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         """(text, JSON form) of every rule, for the store."""
         return [(r.describe(), r.as_dict()) for r in self.rules]
+
+
+def _measured(runs: Iterable[Any]) -> list[Any]:
+    """The first measurements of configurations that ran (not repeats, not failures): what a server reported."""
+    return [r for r in runs if r.status == RunStatus.OK and r.repeat_of is None]
 
 
 def _flags_key(flags: dict[str, Any]) -> str:
