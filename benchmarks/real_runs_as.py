@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import json
 import logging
 import sys
 import tempfile
@@ -40,8 +41,14 @@ CASES: dict[str, dict[str, Any]] = {
                                    "speculative_num_steps": 3, "speculative_eagle_topk": 2,
                                    "speculative_num_draft_tokens": 4},
 }
-LAUNCH = {"load_format": "dummy", "mem_fraction_static": 0.3, "attention_backend": "fa3",
-          "kv_cache_dtype": "fp8_e5m2", "sampling_backend": "pytorch", "grammar_backend": "none"}
+TINY = {"load_format": "dummy", "mem_fraction_static": 0.3, "sampling_backend": "pytorch", "grammar_backend": "none"}
+LAUNCHES: dict[str, dict[str, Any]] = {
+    # a trial of gpu-kit's tiny-h200 space: every setting should read back as asked (ran_as {})
+    "as the tiny space's trials": {**TINY, "attention_backend": "triton", "cuda_graph_max_bs": 32,
+                                   "chunked_prefill_size": 2048},
+    # fa3 with an fp8_e5m2 KV cache (the carried sgl-kernel has no FA3: runs only if SGLang swaps it)
+    "fa3 with an fp8_e5m2 KV cache": {**TINY, "attention_backend": "fa3", "kv_cache_dtype": "fp8_e5m2"},
+}
 
 
 def resolve(model: str, options: dict[str, Any]) -> str:
@@ -66,14 +73,15 @@ def resolve(model: str, options: dict[str, Any]) -> str:
     return f"runs {changed or 'as asked'}" + "".join(f"\n      log: {line[:200]}" for line in said)
 
 
-def launch(model: str, python: str) -> None:
-    """One server as a trial launches it, and what the worker reads back from /server_info."""
+def launch(model: str, python: str, options: dict[str, Any], dump: Path | None) -> None:
+    """One server as a trial launches it, and what the worker reads back from /server_info (written
+    whole to ``dump`` when given)."""
     from core.flags import FlagTable, ran_otherwise
     from core.render import render
     from core.types import Config, EngineKind, EngineSpec
     from workers.server import ServerProcess, free_port
 
-    flags = {"model_path": model, **LAUNCH}
+    flags = {"model_path": model, **options}
     port = free_port()
     engine = EngineSpec(kind=EngineKind.SGLANG, python=python)
     cmd = render(Config(params={}, flags=flags), FlagTable.bundled("0.5.17"), engine, host="127.0.0.1", port=port)
@@ -82,8 +90,10 @@ def launch(model: str, python: str) -> None:
     t0 = time.monotonic()
     server.start()
     try:
-        startup = server.wait_ready(600)
+        startup = server.wait_ready(300)
         info = server.server_info()
+        if dump is not None:
+            dump.write_text(json.dumps(info, indent=1, sort_keys=True, default=str))
         print(f"launched {' '.join(cmd.argv[3:])}: ready in {startup:.0f} s")
         print(f"  /server_info: attention_backend={info.get('attention_backend')} "
               f"kv_cache_dtype={info.get('kv_cache_dtype')} version={info.get('version')}")
@@ -101,6 +111,7 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="a model directory (dummy weights will do)")
     parser.add_argument("--launch", action="store_true", help="also launch one server and read /server_info")
     parser.add_argument("--python", default=sys.executable, help="the Python that runs SGLang")
+    parser.add_argument("--dump", type=Path, help="a folder for each launch's whole /server_info (JSON)")
     args = parser.parse_args()
     import sglang
 
@@ -108,7 +119,10 @@ def main() -> None:
     for name, options in CASES.items():
         print(f"  {name}: {resolve(args.model, options)}")
     if args.launch:
-        launch(args.model, args.python)
+        for number, (name, options) in enumerate(LAUNCHES.items()):
+            print(f"launch {number}: {name}")
+            dump = args.dump / f"server_info_{number}.json" if args.dump else None
+            launch(args.model, args.python, options, dump)
 
 
 if __name__ == "__main__":
