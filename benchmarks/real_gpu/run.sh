@@ -19,6 +19,11 @@
 #                                                configurations that run alike (ROUNDS=2 FIRST=0; a
 #                                                call with FIRST=2 on the warm node adds rounds; carry
 #                                                .gpu-kit/site312.tar.xz and .gpu-kit/tiny)
+#   bash benchmarks/real_gpu/run.sh runsas OUT  what SGLang's ServerArgs runs otherwise than asked for the
+#                                                scenarios' cases, and two launches read back as a trial
+#                                                reads /server_info (carry .gpu-kit/site312.tar.xz, .gpu-kit/tiny)
+#   bash benchmarks/real_gpu/run.sh runsas-sweep OUT  right after `runsas` (carry .gpu-kit/ray312.tar.xz):
+#                                                a sweep whose fa3 trials SGLang runs as triton
 # Results: docs/real-gpu.md. Skipped (exit 0 with a note) where there is no GPU.
 set -u
 what=$1 OUT=$2
@@ -26,7 +31,7 @@ mkdir -p "$OUT"
 command -v nvidia-smi >/dev/null || { echo "no GPU here: nothing to run"; exit 0; }
 [ -d /tmp/site312 ] || tar -xJf .gpu-kit/site312.tar.xz -C /tmp
 [ -d /tmp/tiny ] || cp -r .gpu-kit/tiny /tmp/tiny
-case "$what" in sweep|two|first|mixed) [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp ;; esac
+case "$what" in sweep|two|first|mixed|runsas-sweep) [ -d /tmp/ray312 ] || tar -xJf .gpu-kit/ray312.tar.xz -C /tmp ;; esac
 export PYTHONPATH=/tmp/site312:/tmp/ray312:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -43,6 +48,16 @@ print('flag table of SGLang', dump['sglang_version'], len(dump['options']), 'opt
   noise) python3 benchmarks/real_gpu/noise_probe.py "$OUT" "${ROUNDS:-2}" "${FIRST:-0}" 2>&1 | tee "$OUT/noise.txt" \
            | grep -v "^\[" ;;
   profile) python3 benchmarks/real_gpu/profile_probe.py "$OUT" 2>&1 | tee "$OUT/profile.txt" ;;
+  runsas) python3 benchmarks/real_gpu/runs_as_probe.py --model /tmp/tiny --launch --python python3 --dump "$OUT" \
+            2>&1 | tee "$OUT/runs_as.txt" | grep -v "^\[" ;;
+  runsas-sweep)
+    db=/tmp/runs-as/tuner.db
+    python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200-runs-as.yaml --budget 4 --db $db --seed 1 \
+      2>&1 | tee "$OUT/runs-as-sweep.txt" | grep -v "^\[group" | tail -30
+    python3 -m tuner.cli show --db $db | tee "$OUT/runs-as-show.txt" | tail -25
+    python3 -c "import sqlite3
+for row in sqlite3.connect('$db').execute('SELECT trial_number, status, params, ran_as, cached_from FROM tuner_trial_runs'):
+    print(*row)" | tee -a "$OUT/runs-as-show.txt" ;;
   first)  # seconds from `tuner sweep` to its first trial, twice (the second reuses the cached flag table)
     for run in 1 2; do
       t0=$(date +%s.%N)

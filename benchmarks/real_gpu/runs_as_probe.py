@@ -3,14 +3,16 @@
 Part 1 resolves SGLang's own ``ServerArgs`` for option sets the bundled scenarios model (an all-to-all
 backend with an EP size, fa3 with an fp8_e5m2 KV cache, the cutlass runner with EP, draft tokens
 with topk 1, flashmla with topk 2) and prints, per set, the options SGLang changed, the lines it
-logged, or the error it raised. Part 2 launches one server the way a trial does (``core.render`` +
-``workers.server.ServerProcess``), reads ``/server_info`` as the worker does and prints what
-``core.flags.ran_otherwise`` makes of it (``TrialResult.ran_as``).
+logged, or the error it raised. Part 2 launches servers the way a trial does (``core.render`` +
+``workers.server.ServerProcess``): one as the tiny space's trials (every setting should read back as
+asked) and one with fa3 and an fp8_e5m2 KV cache; it reads ``/server_info`` as the worker does and
+prints what ``core.flags.ran_otherwise`` makes of it (``TrialResult.ran_as``).
 
-    python benchmarks/real_runs_as.py --model /tmp/tiny [--launch]    # with SGLang importable
+    python benchmarks/real_gpu/runs_as_probe.py --model /tmp/tiny [--launch] [--dump DIR]  # SGLang importable
+    bash benchmarks/real_gpu/run.sh runsas OUT                                             # on the GPU node
 
-(Written 2026-12-07 for the H200 with SGLang 0.5.17 of ../shared/gpu-kit; not run yet: no device
-machine could be started that session.)
+(Written 2026-12-07 for SGLang 0.5.17 of ../shared/gpu-kit; not run yet: no device machine was lent
+in two sessions. What 0.5.17's source says it will print: docs/real-gpu.md.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 CASES: dict[str, dict[str, Any]] = {
     "deepep, EP 1 of TP 8": {"tp_size": 8, "ep_size": 1, "moe_a2a_backend": "deepep"},
