@@ -251,6 +251,21 @@ def test_seeded_noise_is_reproducible_and_shared_by_configurations_that_run_alik
         server.stop()
 
 
+def test_fa3_with_an_fp8_e5m2_kv_cache_runs_as_triton_as_sglang_resolves_it() -> None:
+    # SGLang (0.5.17's arg_groups/overrides.py, _attention_backend_fa3_fp8_fallback; the reference for
+    # 0.5.23) sets the attention backend to triton, warns, and /server_info reports triton.
+    scenario = load_scenario(SCENARIOS / "llama-70b-4x-h100-kvcache.yaml")
+    model = ["--model-path", "/models/Llama-3.1-70B-Instruct", "--kv-cache-dtype", "fp8_e5m2"]
+    asked = evaluate(scenario, _options([*model, "--attention-backend", "fa3"]), {})
+    run = evaluate(scenario, _options([*model, "--attention-backend", "triton"]), {})
+    assert dict(asked.ran_as) == {"attention_backend": "triton"} and not run.ran_as
+    assert "FlashAttention3 only supports fp8_e4m3 if using FP8; Setting attention backend to triton." in \
+        " ".join(asked.notices)
+    assert (asked.tok_s_c16, asked.noise_factor) == (run.tok_s_c16, run.noise_factor), "one server, one reading"
+    e4m3 = evaluate(scenario, _options([*model[:2], "--kv-cache-dtype", "fp8_e4m3", "--attention-backend", "fa3"]), {})
+    assert not e4m3.ran_as and e4m3.tok_s_c16 > asked.tok_s_c16
+
+
 def test_seed_scenario_figures() -> None:
     scenario = load_scenario(SEED)
 
