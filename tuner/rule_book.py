@@ -29,7 +29,7 @@ class RuleBook:
         self.rules: list[Rule] = []
         self.failed: dict[int, dict[str, Any]] = {}  # a failed launch's trial number -> its settings
         self.epoch = 0  # changes whenever the rules do
-        self.runs_as = RunsAsBook()  # settings SGLang runs otherwise than asked (refreshed by the loop)
+        self.runs_as = RunsAsBook.for_space(space)  # settings SGLang runs otherwise than asked (refreshed by the loop)
 
     def refresh(self, runs: Iterable[Any]) -> list[Rule]:
         """Derive the rules from the sweep's launched runs (``RunRow``-like), each with its settings as

@@ -29,6 +29,7 @@ from typing import Any
 
 from core.flags import same_value
 from core.types import Config, RunStatus
+from tuner.space import SearchSpace
 
 Pair = tuple[str, str]  # (dest, repr of the value): hashable whatever the value's type
 MAX_CONDITION = 2
@@ -135,11 +136,24 @@ def _rule(dest: str, value: Any, adjusted: Sequence[Any], condition: frozenset[P
 
 
 class RunsAsBook:
-    """The runs-as rules of one running sweep and what each measured configuration ran as."""
+    """The runs-as rules of one running sweep and what each measured configuration ran as. ``setters``: for
+    each SGLang option (dest), the space's parameters that set it and their values (None: any value),
+    grouped ones (``speculative.eagle3.speculative_num_draft_tokens``) too; :meth:`for_space` makes it."""
 
-    def __init__(self) -> None:
+    def __init__(self, setters: dict[str, list[tuple[str, tuple[Any, ...] | None]]] | None = None) -> None:
+        self.setters = setters or {}
         self.rules: list[RunsAs] = []
         self._measured: dict[str, list[Any]] = {}  # the flags a configuration ran with (a key) -> its measured runs
+
+    @classmethod
+    def for_space(cls, space: SearchSpace) -> RunsAsBook:
+        """A book whose :meth:`effective_params` knows which of ``space``'s parameters set each option."""
+        setters: dict[str, list[tuple[str, tuple[Any, ...] | None]]] = {}
+        for param in space.params:
+            if param.target and param.target[0] == "flag":
+                values = param.values()
+                setters.setdefault(param.target[1], []).append((param.name, None if values is None else tuple(values)))
+        return cls(setters)
 
     def refresh(self, runs: Sequence[Any]) -> list[RunsAs]:
         """Derive the rules from the sweep's runs; returns the new ones (a new condition, not only
@@ -169,11 +183,17 @@ class RunsAsBook:
 
     def effective_params(self, params: dict[str, Any], flags: dict[str, Any],
                          ran_as: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``params`` as the server runs them: a setting whose name is an option SGLang runs otherwise
-        (as the launch's ``ran_as`` reports, else as a rule says) takes the value it runs as, so a
-        failure at "EP 1" that SGLang ran at EP 8 is learned, and judged, at EP 8."""
+        """``params`` as the server runs them: a parameter that sets an option SGLang runs otherwise
+        (as the launch's ``ran_as`` reports, else as a rule says) takes the value it runs as, where that
+        is one of the parameter's values, so a failure at "EP 1" that SGLang ran at EP 8 is learned,
+        and judged, at EP 8. A parameter named as the option counts without :attr:`setters`."""
         runs = dict(ran_as) if ran_as else {r.dest: r.value for r in self.rules if r.covers(flags)}
-        return {**params, **{k: v for k, v in runs.items() if k in params}}
+        out = dict(params)
+        for dest, value in runs.items():
+            for name, values in self.setters.get(dest, [(dest, None)]):
+                if name in params and (values is None or any(same_value(value, v) for v in values)):
+                    out[name] = next((v for v in values or () if same_value(value, v)), value)
+        return out
 
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         """(text, JSON form) of every rule, for the store."""

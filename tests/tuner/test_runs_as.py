@@ -15,7 +15,8 @@ from core.types import RunStatus
 from tests.conftest import start_sim
 from tuner.live import SweepView
 from tuner.results import SweepResults, load_results
-from tuner.runs_as import learn
+from tuner.runs_as import RunsAsBook, learn
+from tuner.space_loader import load_space
 from tuner.study import Sweep
 from tuner.study_db import open_study
 from tuner.sweep_state import SweepOptions
@@ -143,3 +144,20 @@ def test_a_rule_is_what_the_adjusted_launches_share_and_no_launch_run_as_asked_h
     assert dict(alone.condition) == {"steps": 4, "topk": 1, "draft": 4}
     contradicted = [*runs, _run(4, None, steps=4, topk=1, draft=16)]  # ran as asked: not topk and steps alone
     assert all(dict(r.condition) != {"steps": 4, "topk": 1} for r in learn(contradicted))
+
+
+def test_a_setting_run_otherwise_is_read_into_the_parameter_that_sets_it_grouped_ones_too() -> None:
+    space = load_space(Path(__file__).parents[2] / "search_spaces" / "hard-llama-70b-h100.yaml")
+    book = RunsAsBook.for_space(space)
+    drafts = "speculative.eagle3.speculative_num_draft_tokens"
+    params = {"attention_backend": "fa3", "kv_cache_dtype": "fp8_e5m2", "enable_torch_compile": False,
+              "speculative": "eagle3", "speculative.eagle3.speculative_num_steps": 3,
+              "speculative.eagle3.speculative_eagle_topk": 1, drafts: 8, "schedule_policy": "fcfs",
+              "cuda_graph_max_bs": 32, "chunked_prefill_size": 4096}
+    config = space.from_params(params)
+    ran = book.effective_params(params, config.flags, {"speculative_num_draft_tokens": 4, "attention_backend": "triton"})
+    assert ran == {**params, drafts: 4, "attention_backend": "triton"}
+    # 5 draft tokens is no value of the parameter: what it stands for is unknown, so it stays as asked
+    assert book.effective_params(params, config.flags, {"speculative_num_draft_tokens": 5}) == params
+    assert RunsAsBook().effective_params(params, config.flags, {"speculative_num_draft_tokens": 4}) == params, \
+        "without the space, only a parameter named as the option"
