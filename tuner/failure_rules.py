@@ -322,7 +322,9 @@ class Learner:
         (with two or more supporting failures) the tight box around them as a confirmed one."""
         spans = _spans(supports, {n for n, _ in cause})
         justified = all(set(vals) >= set(self.domains.get(n) or vals) for n, vals in spans.items() if len(vals) > 1)
-        if (justified and (len(supports) > 1 or (named and len(cause) > 1))) or len(supports) >= CONFIRMING_FAILURES:
+        apart = not any(len(vals) == 1 for vals in spans.values())  # no other setting all of them had alike
+        if (justified and (len(supports) > 1 or (named and len(cause) > 1))) or \
+                (len(supports) >= CONFIRMING_FAILURES and (named or apart)):
             return [_rule(cause, supports, sig, named, True)]
         rules = [_rule(cause, supports, sig, named, False)]
         if len(supports) > 1:

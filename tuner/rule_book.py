@@ -77,8 +77,18 @@ class RuleBook:
         """:func:`_doubt` of ``rule`` for one configuration."""
         support = [self.failed[t] for t in rule.trials if t in self.failed]
         same = [f for f in support if all(f.get(n) == params.get(n) for n, _ in rule.params)]
-        kept = sum(_kept_share(f, params, rule) for f in same) / len(same) if same else 1.0
-        return _doubt(rule, np.array(rule.matches(params)), np.array(len(same) or len(rule.trials)), np.array(kept))
+        own = {n for n, _ in rule.params}
+        others = [{(n, repr(v)) for n, v in f.items() if n not in own} for f in same]
+        common = set.intersection(*others) if others else set()
+        shared = sum((n, repr(params.get(n))) in common for n in params if n not in own)
+        cause = _cause(self._pair_mass(rule), np.array(shared), np.array(len(common))) if same else np.array(1.0)
+        return _doubt(rule, np.array(rule.matches(params)), np.array(len(same) or len(rule.trials)), cause)
+
+    def _pair_mass(self, rule: Rule) -> float:
+        """The prior chance that the cause of ``rule``'s failures is its settings with one given other
+        setting=value (of a parameter outside the rule), all such pairs alike."""
+        own = {n for n, _ in rule.params}
+        return (1 - CAUSE_ALONE) / max(1, sum(len(v) for n, v in self.domains.items() if n not in own))
 
     def judge(self, enc: Encoding, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each encoded configuration (``enc.encode`` rows): is it covered by a confirmed rule
@@ -93,20 +103,26 @@ class RuleBook:
     def _row_doubt(self, rule: Rule, enc: Encoding, rows: np.ndarray) -> np.ndarray:
         """:func:`_doubt` of ``rule`` for each encoded row."""
         matched = _matching_rows(rule, enc, rows)
-        failures, kept = np.zeros(len(rows)), np.zeros(len(rows))
+        failures = np.zeros(len(rows))
         own = [enc.column[n] for n, _ in rule.params if n in enc.column]
+        holding: dict[tuple[int, int], np.ndarray] = {}  # another setting -> the failures at a row's values with it
         for trial in rule.trials:
             if trial not in self.failed:
                 continue
             failed = enc.encode(self.failed[trial])
             same = np.all(rows[:, own] == failed[own], axis=1)
-            rest = [enc.column[n] for n in self.failed[trial] if n in enc.column and enc.column[n] not in own]
-            share = np.mean(rows[:, rest] == failed[rest], axis=1) if rest else np.ones(len(rows))
             failures += same
-            kept += same * share
+            for column in (enc.column[n] for n in self.failed[trial] if n in enc.column and enc.column[n] not in own):
+                key = (column, int(failed[column]))
+                holding[key] = holding.get(key, np.zeros(len(rows))) + same
+        common, shared = np.zeros(len(rows)), np.zeros(len(rows))
+        for (column, code), count in holding.items():
+            in_all = (count == failures) & (failures > 0)  # every failure at the row's values had it
+            common += in_all
+            shared += in_all & (rows[:, column] == code)
         alone = failures == 0
-        return _doubt(rule, matched, np.where(alone, len(rule.trials), failures),
-                      np.where(alone, 1.0, kept / np.maximum(failures, 1)))
+        cause = np.where(alone, 1.0, _cause(self._pair_mass(rule), shared, common))
+        return _doubt(rule, matched, np.where(alone, len(rule.trials), failures), cause)
 
     def _suspects(self) -> list[list[Rule]]:
         """The suspected rules grouped by failure signature and supporting trials: alternative
@@ -122,22 +138,21 @@ class RuleBook:
         return [(r.describe(self.domains), r.as_dict()) for r in self.rules] + self.runs_as.records()
 
 
-def _doubt(rule: Rule, matched: np.ndarray, failures: np.ndarray, kept: np.ndarray) -> np.ndarray:
+def _doubt(rule: Rule, matched: np.ndarray, failures: np.ndarray, cause: np.ndarray) -> np.ndarray:
     """The chance that a candidate fails as ``rule``'s failures did, where it ``matched`` the rule: the
     confidence in the cause, 1 - ``SUSPECT_ODDS`` ** (the failures at the candidate's values of the
-    rule's settings), times, for a rule found by contrast, the chance that the cause is the rule's
-    settings alone (:data:`CAUSE_ALONE`) or with one more of the failing configuration's settings
-    that the candidate ``kept`` (its share of them): a crash at FP8 KV on flashinfer doubts FP8 KV
-    on fa3 less than on flashinfer."""
-    cause = 1.0 if rule.named else CAUSE_ALONE + (1 - CAUSE_ALONE) * kept
-    return np.asarray(matched * (1 - SUSPECT_ODDS ** failures) * cause)
+    rule's settings), times, for a rule found by contrast, the chance (:func:`_cause`) that the cause
+    is in the candidate: a crash at FP8 KV on flashinfer doubts FP8 KV on fa3 less than on flashinfer."""
+    return np.asarray(matched * (1 - SUSPECT_ODDS ** failures) * (1.0 if rule.named else cause))
 
 
-def _kept_share(failed: dict[str, Any], params: dict[str, Any], rule: Rule) -> float:
-    """The share of ``failed``'s settings outside ``rule`` that ``params`` has too."""
-    own = {n for n, _ in rule.params}
-    rest = [n for n in failed if n not in own]
-    return sum(params.get(n) == failed[n] for n in rest) / len(rest) if rest else 1.0
+def _cause(pair_mass: float, shared: np.ndarray, common: np.ndarray) -> np.ndarray:
+    """The chance that a candidate holds the cause of a rule's failures: the rule's settings alone
+    (prior :data:`CAUSE_ALONE`) or with one more setting=value (prior ``pair_mass`` each). Only the
+    ``common`` settings every failure had remain possible, so each failure in another context makes
+    "alone" likelier (two crashes at ``cuda_graph_max_bs=32`` around two leaders); the candidate holds
+    ``shared`` of them."""
+    return np.asarray((CAUSE_ALONE + pair_mass * shared) / (CAUSE_ALONE + pair_mass * common))
 
 
 def _weight(groups: Sequence[list[np.ndarray]]) -> np.ndarray:

@@ -389,3 +389,54 @@ def test_judging_a_whole_space_at_once_answers_as_each_configuration_alone(write
     assert blocked.tolist() == [book.blocks(p) for p in configs]
     assert weight.tolist() == [book.feasibility(p) for p in configs]
     assert len(set(weight.tolist())) > 2, "the space holds configurations doubted to different degrees"
+
+
+CRASH = "server exited with code 137 during startup: RuntimeError: CUDA error: an illegal memory access was encountered"
+THREE_A2A = space_yaml("crashes", """\
+  moe_a2a_backend: {choices: [none, deepep, mooncake]}
+  ep_size: {choices: [1, 2, 4, 8]}
+  attention_backend: {choices: [fa3, flashinfer, triton]}
+  cuda_graph_max_bs: {choices: [32, 64, 256]}
+""")
+
+
+def _at(ep: int, attention: str, a2a: str = "none", bs: int = 32) -> dict[str, Any]:
+    return {"moe_a2a_backend": a2a, "ep_size": ep, "attention_backend": attention, "cuda_graph_max_bs": bs}
+
+
+def test_crashes_that_all_kept_another_setting_do_not_confirm_the_cause_without_it(write_yaml: Any) -> None:
+    from tuner.rule_book import RuleBook
+
+    # three crashes at EP 2 around two leaders, all three on flashinfer (and no other setting's every
+    # value among them): EP 2 alone is the smallest cause, but EP 2 with flashinfer explains them as
+    # well, so EP 2 on fa3 is doubted, not ruled out
+    runs = [ok(1, **_at(1, "flashinfer")), ok(2, **_at(4, "fa3", bs=64))]
+    book = RuleBook(load_space(write_yaml(THREE_A2A)))
+    book.learn(runs + [failed(n, "crashed", CRASH, **_at(2, "flashinfer", a2a, bs))
+                       for n, a2a, bs in ((3, "none", 32), (4, "none", 64), (5, "deepep", 32))])
+    assert not book.blocks(_at(2, "fa3"))
+    assert book.blocks(_at(2, "flashinfer", bs=64)), "what all three had is ruled out"
+    assert 0.0 < book.feasibility(_at(2, "fa3")) < 0.5, "still doubted: EP 2 alone is the likelier cause"
+    # three crashes with nothing else in common: EP 2 is the cause
+    apart = RuleBook(load_space(write_yaml(THREE_A2A)))
+    apart.learn(runs + [failed(n, "crashed", CRASH, **_at(2, attention, a2a, bs))
+                        for n, attention, a2a, bs in ((3, "flashinfer", "none", 32), (4, "fa3", "deepep", 64),
+                                                      (5, "flashinfer", "mooncake", 256))])
+    assert apart.blocks(_at(2, "triton", "deepep"))
+
+
+def test_a_second_crash_in_another_context_makes_the_setting_alone_the_likelier_cause(write_yaml: Any) -> None:
+    from tuner.failure_rules import SUSPECT_ODDS
+    from tuner.rule_book import CAUSE_ALONE, RuleBook
+
+    book = RuleBook(load_space(write_yaml(THREE_A2A)))
+    runs = [ok(1, **_at(1, "fa3")), ok(2, **_at(4, "triton", bs=64)), failed(3, "crashed", CRASH, **_at(2, "fa3"))]
+    candidate = _at(2, "flashinfer", "deepep", 256)
+    book.learn(runs)
+    once = book.feasibility(candidate)
+    book.learn([*runs, failed(4, "crashed", CRASH, **_at(2, "triton", bs=64))])
+    twice = book.feasibility(candidate)
+    assert 0.0 < twice < once < 1.0
+    # the candidate shares nothing with either crash: only EP 2 alone explains its failing, and after
+    # crashes in two contexts that is likelier than it was before any (CAUSE_ALONE)
+    assert 1 - twice > (1 - SUSPECT_ODDS ** 2) * CAUSE_ALONE

@@ -155,7 +155,8 @@ def test_a_setting_run_otherwise_is_read_into_the_parameter_that_sets_it_grouped
               "speculative.eagle3.speculative_eagle_topk": 1, drafts: 8, "schedule_policy": "fcfs",
               "cuda_graph_max_bs": 32, "chunked_prefill_size": 4096}
     config = space.from_params(params)
-    ran = book.effective_params(params, config.flags, {"speculative_num_draft_tokens": 4, "attention_backend": "triton"})
+    reported = {"speculative_num_draft_tokens": 4, "attention_backend": "triton"}
+    ran = book.effective_params(params, config.flags, reported)
     assert ran == {**params, drafts: 4, "attention_backend": "triton"}
     # 5 draft tokens is no value of the parameter: what it stands for is unknown, so it stays as asked
     assert book.effective_params(params, config.flags, {"speculative_num_draft_tokens": 5}) == params
