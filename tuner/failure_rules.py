@@ -26,8 +26,9 @@ own rule, and rules that differ in one parameter's values merge.
 
 A rule is *confirmed* (it stops a matching proposal before launch) when the evidence justifies its
 reach: two or more failing configurations support it and, where they differ, they failed at every
-value of that parameter; or three different failing configurations support it; or the log named it
-with two or more settings. Otherwise it is *suspected*: it only weighs the sampler's proposals down
+value of that parameter; or three different failing configurations support it (found by contrast:
+where no other setting was alike in all three, else that setting stays a possible co-cause); or the
+log named it with two or more settings. Otherwise it is *suspected*: it only weighs the sampler's proposals down
 (:meth:`tuner.rule_book.RuleBook.feasibility`), so a setting that failed once, or that failed with
 two of three checkpoint formats, is still tried with the third when the model expects it to pay; and
 the tight box the supporting failures span is confirmed instead.
@@ -46,7 +47,8 @@ from tuner.space import SearchSpace
 
 MAX_RULE_SIZE = 3
 SUSPECT_ODDS = 0.25  # weight on a proposal a suspected rule of one failure covers, the rest kept (tuner.rule_book)
-CONFIRMING_FAILURES = 3  # this many different failing configurations confirm a rule whatever else they differ in
+CONFIRMING_FAILURES = 3  # this many different failing configurations confirm a rule named by the log, or one
+# found by contrast where no other setting was alike in all of them
 Pair = tuple[str, Any]
 # How SGLang's messages name a checkpoint's format (its --quantization names), by the word a model
 # path or quantization setting carries: "supports only the modelopt_fp4 quantization" names NVFP4.

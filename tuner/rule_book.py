@@ -16,7 +16,8 @@ from tuner.runs_as import RunsAsBook
 from tuner.space import SearchSpace
 
 # A failure explained by contrast with the successes (the fewest settings no success had) is caused by
-# those settings alone with this chance, else by them with one more of the failing configuration's.
+# those settings alone with this prior chance, else by them with one more setting=value (the rest of the
+# prior spread evenly over the other parameters' values; :func:`_cause`).
 CAUSE_ALONE = 0.5
 
 

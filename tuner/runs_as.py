@@ -191,8 +191,9 @@ class RunsAsBook:
         out = dict(params)
         for dest, value in runs.items():
             for name, values in self.setters.get(dest, [(dest, None)]):
-                if name in params and (values is None or any(same_value(value, v) for v in values)):
-                    out[name] = next((v for v in values or () if same_value(value, v)), value)
+                alike = [value] if values is None else [v for v in values if same_value(value, v)]
+                if name in params and alike:
+                    out[name] = alike[0]
         return out
 
     def records(self) -> list[tuple[str, dict[str, Any]]]:
