@@ -30,6 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from core.types import Config
+from tuner.space_loader import load_space
+
 CASES: dict[str, dict[str, Any]] = {
     "deepep, EP 1 of TP 8": {"tp_size": 8, "ep_size": 1, "moe_a2a_backend": "deepep"},
     "mooncake, EP 2 of TP 8": {"tp_size": 8, "ep_size": 2, "moe_a2a_backend": "mooncake"},
@@ -43,13 +46,14 @@ CASES: dict[str, dict[str, Any]] = {
                                    "speculative_num_steps": 3, "speculative_eagle_topk": 2,
                                    "speculative_num_draft_tokens": 4},
 }
-TINY = {"load_format": "dummy", "mem_fraction_static": 0.3, "sampling_backend": "pytorch", "grammar_backend": "none"}
-LAUNCHES: dict[str, dict[str, Any]] = {
-    # a trial of gpu-kit's tiny-h200 space: every setting should read back as asked (ran_as {})
-    "as the tiny space's trials": {**TINY, "attention_backend": "triton", "cuda_graph_max_bs": 32,
-                                   "chunked_prefill_size": 2048},
+HERE = Path(__file__).resolve().parent
+# (space file beside this script, parameters): configurations of the real-GPU spaces, launched as trials
+LAUNCHES: dict[str, tuple[str, dict[str, Any]]] = {
+    # a trial of the tiny space: every setting should read back as asked (ran_as {})
+    "as the tiny space's trials": ("tiny-h200.yaml", {"cuda_graph_max_bs": 32, "chunked_prefill_size": 2048,
+                                                      "memory": "normal"}),
     # fa3 with an fp8_e5m2 KV cache (the carried sgl-kernel has no FA3: runs only if SGLang swaps it)
-    "fa3 with an fp8_e5m2 KV cache": {**TINY, "attention_backend": "fa3", "kv_cache_dtype": "fp8_e5m2"},
+    "fa3 with an fp8_e5m2 KV cache": ("tiny-h200-runs-as.yaml", {"attention_backend": "fa3", "cuda_graph_max_bs": 32}),
 }
 
 
@@ -75,18 +79,24 @@ def resolve(model: str, options: dict[str, Any]) -> str:
     return f"runs {changed or 'as asked'}" + "".join(f"\n      log: {line[:200]}" for line in said)
 
 
-def launch(model: str, python: str, options: dict[str, Any], dump: Path | None) -> None:
+def trial_config(model: str, space_file: str, params: dict[str, Any]) -> Config:
+    """The configuration a sweep of ``space_file`` (beside this script) launches for ``params``, on ``model``."""
+    config = load_space(HERE / space_file).from_params(params)
+    return Config(params=config.params, flags={**config.flags, "model_path": model}, env=config.env)
+
+
+def launch(config: Config, python: str, dump: Path | None) -> None:
     """One server as a trial launches it, and what the worker reads back from /server_info (written
     whole to ``dump`` when given)."""
     from core.flags import FlagTable, ran_otherwise
     from core.render import render
-    from core.types import Config, EngineKind, EngineSpec
+    from core.types import EngineKind, EngineSpec
     from workers.server import ServerProcess, free_port
 
-    flags = {"model_path": model, **options}
+    flags = dict(config.flags)
     port = free_port()
     engine = EngineSpec(kind=EngineKind.SGLANG, python=python)
-    cmd = render(Config(params={}, flags=flags), FlagTable.bundled("0.5.17"), engine, host="127.0.0.1", port=port)
+    cmd = render(config, FlagTable.bundled("0.5.17"), engine, host="127.0.0.1", port=port)
     log = Path(tempfile.mkdtemp()) / "server.log"
     server = ServerProcess(cmd, log, url=f"http://127.0.0.1:{port}")
     t0 = time.monotonic()
@@ -108,10 +118,10 @@ def launch(model: str, python: str, options: dict[str, Any], dump: Path | None) 
 
 
 def main() -> None:
-    """Parse arguments, resolve each case, optionally launch one server."""
+    """Parse arguments, resolve each case, optionally launch the servers of :data:`LAUNCHES`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a model directory (dummy weights will do)")
-    parser.add_argument("--launch", action="store_true", help="also launch one server and read /server_info")
+    parser.add_argument("--launch", action="store_true", help="also launch each of LAUNCHES and read its /server_info")
     parser.add_argument("--python", default=sys.executable, help="the Python that runs SGLang")
     parser.add_argument("--dump", type=Path, help="a folder for each launch's whole /server_info (JSON)")
     args = parser.parse_args()
@@ -121,10 +131,10 @@ def main() -> None:
     for name, options in CASES.items():
         print(f"  {name}: {resolve(args.model, options)}")
     if args.launch:
-        for number, (name, options) in enumerate(LAUNCHES.items()):
+        for number, (name, (space_file, params)) in enumerate(LAUNCHES.items()):
             print(f"launch {number}: {name}")
             dump = args.dump / f"server_info_{number}.json" if args.dump else None
-            launch(args.model, args.python, options, dump)
+            launch(trial_config(args.model, space_file, params), args.python, dump)
 
 
 if __name__ == "__main__":
