@@ -1,6 +1,6 @@
 """Is the best configuration ahead of the runner-up by more than a launch's noise?
 
-A real SGLang reads one configuration 5-17% apart from launch to launch on a busy host
+A real SGLang reads one configuration 5-23% apart from launch to launch on a busy host
 (docs/real-gpu.md), so the first two of a ranking may be in either order. The sweep measures its own
 launch noise where it launched a configuration more than once (``--confirm``, re-measured surprises):
 the pooled standard deviation of log tok/s@C16 over those configurations (a surprise was measured again
@@ -109,7 +109,7 @@ def describe(found: Lead) -> str:
     noise = found.noise
     if noise is None:
         return (f"{ahead}; no configuration was measured twice, so the launch noise is not known (a busy host "
-                "reads one configuration 5-17% apart): --confirm 2 measures the two again")
+                "reads one configuration 5-23% apart): --confirm 2 measures the two again")
     measured = f"launch noise (sd {noise.sd:.1%} over {noise.configurations} configuration(s) measured more than once)"
     if noise.sd == 0:
         return f"{ahead}; the {noise.configurations} configuration(s) measured more than once read alike each time"

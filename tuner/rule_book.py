@@ -44,7 +44,7 @@ class RuleBook:
     def relearn(self, runs: Sequence[Any]) -> list[str]:
         """Derive what SGLang runs otherwise (:attr:`runs_as`), then the failure rules, from the sweep's
         runs; the descriptions of the new ones."""
-        adjusted = [r.describe() for r in self.runs_as.refresh(runs)]
+        adjusted = [self.runs_as.describe(r) for r in self.runs_as.refresh(runs)]
         return adjusted + [r.describe(self.domains) for r in self.refresh(runs)]
 
     def learn(self, observations: Sequence[Observation]) -> list[Rule]:

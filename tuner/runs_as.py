@@ -23,7 +23,7 @@ after each one, so a resumed sweep derives the same rules and a launch that cont
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +60,10 @@ class RunsAs:
             return False
         return all(dest in flags and _pair(dest, flags[dest]) == _pair(dest, v) for dest, v in self.condition)
 
-    def describe(self) -> str:
-        """E.g. "ep_size runs as 8 with moe_a2a_backend=deepep, from trial 3 (the server's /server_info)"."""
-        cond = ", ".join(f"{k}={v}" for k, v in self.condition)
+    def describe(self, fixed: Collection[str] = ()) -> str:
+        """E.g. "ep_size runs as 8 with moe_a2a_backend=deepep, from trial 3 (the server's /server_info)";
+        the settings in ``fixed`` (every configuration of the sweep has them alike) are left out."""
+        cond = ", ".join(f"{k}={v}" for k, v in self.condition if k not in fixed) or "the base settings"
         shown = ", ".join(map(str, self.trials[:SHOWN_TRIALS]))
         more = f" and {len(self.trials) - SHOWN_TRIALS} more" if len(self.trials) > SHOWN_TRIALS else ""
         return f"{self.dest} runs as {self.value} with {cond}, from trial{'s' * (len(self.trials) > 1)} " \
@@ -140,8 +141,10 @@ class RunsAsBook:
     each SGLang option (dest), the space's parameters that set it and their values (None: any value),
     grouped ones (``speculative.eagle3.speculative_num_draft_tokens``) too; :meth:`for_space` makes it."""
 
-    def __init__(self, setters: dict[str, list[tuple[str, tuple[Any, ...] | None]]] | None = None) -> None:
+    def __init__(self, setters: dict[str, list[tuple[str, tuple[Any, ...] | None]]] | None = None,
+                 fixed: Collection[str] = ()) -> None:
         self.setters = setters or {}
+        self.fixed = frozenset(fixed)  # settings no parameter changes: left out of a rule's description
         self.rules: list[RunsAs] = []
         self._measured: dict[str, list[Any]] = {}  # the flags a configuration ran with (a key) -> its measured runs
 
@@ -153,7 +156,7 @@ class RunsAsBook:
             if param.target and param.target[0] == "flag":
                 values = param.values()
                 setters.setdefault(param.target[1], []).append((param.name, None if values is None else tuple(values)))
-        return cls(setters)
+        return cls(setters, space.fixed_flags())
 
     def refresh(self, runs: Sequence[Any]) -> list[RunsAs]:
         """Derive the rules from the sweep's runs; returns the new ones (a new condition, not only
@@ -179,7 +182,7 @@ class RunsAsBook:
                       if Config(params={}, flags=r.flags, env=env).key() == r.config_key), None)
         if prior is None:
             return None
-        return prior, "; ".join(r.describe() for r in used) or f"trial {prior.trial_number} ran as it asks"
+        return prior, "; ".join(self.describe(r) for r in used) or f"trial {prior.trial_number} ran as it asks"
 
     def effective_params(self, params: dict[str, Any], flags: dict[str, Any],
                          ran_as: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -198,7 +201,11 @@ class RunsAsBook:
 
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         """(text, JSON form) of every rule, for the store."""
-        return [(r.describe(), r.as_dict()) for r in self.rules]
+        return [(self.describe(r), r.as_dict()) for r in self.rules]
+
+    def describe(self, rule: RunsAs) -> str:
+        """``rule`` in words, without the settings no parameter of the space changes."""
+        return rule.describe(self.fixed)
 
 
 def _measured(runs: Iterable[Any]) -> list[Any]:

@@ -137,6 +137,13 @@ class SearchSpace:
             raise ForbiddenConfig(f"{self.path}: forbid: every value left is forbidden after {params}")
         return Config(params=params, flags=flags, env=env)
 
+    def fixed_flags(self) -> frozenset[str]:
+        """The base settings (dest names) no parameter can change: every configuration has them alike."""
+        varied = {dest for p in self.params for value in (p.choices if p.target is None else ())
+                  for dest in p.options[value].flags}
+        varied |= {p.target[1] for p in self.params if p.target is not None and p.target[0] == "flag"}
+        return frozenset(self.base.flags) - varied
+
     def sample(self, trial: optuna.Trial) -> Config:
         """Sample a configuration from an Optuna trial (define-by-run)."""
         return self.build(lambda p, _: p.suggest(trial))

@@ -30,19 +30,24 @@ CATALOGUE: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("untuned MoE kernel", re.compile(r"Using default MoE kernel config", re.I),
      "the fused-MoE Triton kernel runs a default config for this GPU and shape; tune it with SGLang's "
      "benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py and put the JSON where the line says"),
-    ("CUDA graphs off", re.compile(r"cuda graph (?:is )?disabled|disable (?:prefill |decode )?cuda graph", re.I),
+    ("CUDA graphs off", re.compile(r"cuda graph (?:is )?disabled|disabl(?:e|ing) (?:prefill |decode )?cuda graph",
+                                   re.I),
      "CUDA graphs are off for a phase (decode without them is much slower at small batches); the line names "
      "the setting that turned them off"),
     ("decode without CUDA graph", re.compile(r"Decode batch\b.*\bcuda graph: False"),
      "some decode batches ran eagerly (batch larger than cuda_graph_max_bs, or graphs off); set "
      "cuda_graph_max_bs to at least the benchmark's concurrency"),
-    ("max_running_requests capped", re.compile(r"max_running_requests\b.*\b(?:set|adjust|cap|lower)", re.I),
+    ("max_running_requests capped", re.compile(r"max[ _]running[ _]requests\b.*\b(?:set|reset|adjust|cap|lower)",
+                                               re.I),
      "speculative decoding capped the running requests; pass --max-running-requests explicitly (at least "
      "the benchmark's concurrency)"),
     ("EP size overridden", re.compile(r"expert parallel size is adjusted", re.I),
      "this all-to-all backend forces ep_size = tp_size, so ep_size has no effect with it; do not search it"),
     ("draft tokens overridden", re.compile(r"num_draft_tokens\b.*\b(?:adjust|set to|override)", re.I),
      "with topk 1 SGLang sets num_draft_tokens = steps + 1; searching other values is wasted launches"),
+    ("attention backend replaced", re.compile(r"Setting attention backend to \w+", re.I),
+     "SGLang runs another attention backend than asked (fa3 takes only an fp8_e4m3 FP8 KV cache); the asked "
+     "one has no effect with these settings: pair the backend and KV-cache dtype the line names"),
     ("chunked prefill resized", re.compile(r"chunked prefill size is adjusted", re.I),
      "DP attention divides chunked_prefill_size by the DP size; raise it if prefill got slower"),
     ("fallback kernel", re.compile(r"\b(?:fall(?:ing|s)?\s?back|fallback)\b.*\b(?:kernel|marlin|triton|gemm|"

@@ -52,7 +52,7 @@ print('flag table of SGLang', dump['sglang_version'], len(dump['options']), 'opt
             2>&1 | tee "$OUT/runs_as.txt" | grep -v "^\[" ;;
   runsas-sweep)
     db=/tmp/runs-as/tuner.db
-    python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200-runs-as.yaml --budget 4 --db $db --seed 1 \
+    python3 -m tuner.cli sweep --space benchmarks/real_gpu/tiny-h200-runs-as.yaml --budget 5 --db $db --seed 1 \
       2>&1 | tee "$OUT/runs-as-sweep.txt" | grep -v "^\[group" | tail -30
     python3 -m tuner.cli show --db $db | tee "$OUT/runs-as-show.txt" | tail -25
     python3 -c "import sqlite3

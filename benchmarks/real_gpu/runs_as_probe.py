@@ -11,8 +11,8 @@ prints what ``core.flags.ran_otherwise`` makes of it (``TrialResult.ran_as``).
     python benchmarks/real_gpu/runs_as_probe.py --model /tmp/tiny [--launch] [--dump DIR]  # SGLang importable
     bash benchmarks/real_gpu/run.sh runsas OUT                                             # on the GPU node
 
-(Written 2026-12-07 for SGLang 0.5.17 of ../shared/gpu-kit; not run yet: no device machine was lent
-in two sessions. What 0.5.17's source says it will print: docs/real-gpu.md.)
+(Written for SGLang 0.5.17 of ../shared/gpu-kit; run on an H100 on 2026-12-07: what it printed is
+benchmarks/real_gpu/results/runs-as-h100-2026-12-07.txt, read in docs/real-gpu.md.)
 """
 
 from __future__ import annotations

@@ -162,3 +162,16 @@ def test_a_setting_run_otherwise_is_read_into_the_parameter_that_sets_it_grouped
     assert book.effective_params(params, config.flags, {"speculative_num_draft_tokens": 5}) == params
     assert RunsAsBook().effective_params(params, config.flags, {"speculative_num_draft_tokens": 4}) == params, \
         "without the space, only a parameter named as the option"
+
+
+def test_a_rule_is_told_without_the_settings_no_parameter_changes(tmp_path: Path) -> None:
+    # as on the real H100 (docs/real-gpu.md): one adjusted launch and no contrast, so the rule holds all it had
+    space = load_space(_space(tmp_path))
+    book = RunsAsBook.for_space(space)
+    asked = {"moe_a2a_backend": "deepep", "ep_size": 1, "moe_runner_backend": "auto"}
+    [rule] = book.refresh([_run(0, {"ep_size": 8}, **space.from_params(asked).flags)])
+    assert {"model_path", "tp_size"} <= dict(rule.condition).keys(), "the rule still holds the base settings"
+    told = book.describe(rule)
+    assert "model_path" not in told and "tp_size" not in told
+    assert "moe_a2a_backend=deepep" in told and "ep_size=1" in told
+    assert "tp_size=8" in rule.describe(), "a book that knows no space leaves nothing out"

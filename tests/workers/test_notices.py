@@ -21,6 +21,8 @@ PRINTED = {  # one line per kind, as SGLang prints it (from SGLang's source and 
     "max_running_requests capped": "WARNING: max_running_requests is set to 48 for speculative decoding",
     "EP size overridden": "The expert parallel size is adjusted from 1 to the tensor parallel size [8]",
     "draft tokens overridden": "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1",
+    "attention backend replaced": "FlashAttention3 only supports fp8_e4m3 if using FP8; Setting attention "
+                                  "backend to triton.",  # SGLang 0.5.17, H100
     "chunked prefill resized": "DP attention is enabled. chunked prefill size is adjusted from 8192 to 1024",
     "fallback kernel": "NVFP4 MoE on sm_90: falling back to the Marlin kernel",
     "deprecated option": "'--disable-cuda-graph' is deprecated and will be removed in a future release. Use "
@@ -37,6 +39,21 @@ def test_every_kind_is_found_in_the_line_sglang_prints() -> None:
     assert [n.line for n in coloured] == [PRINTED["deprecated option"]]
     everything = notices_in("\n".join([*PRINTED.values(), *PRINTED.values()]))
     assert [n.kind for n in everything] == [kind for kind, _, _ in CATALOGUE]  # once per kind
+
+
+SEEN_0517 = {  # lines SGLang 0.5.17 printed on an H100 (benchmarks/real_gpu/results/runs-as-h100-2026-12-07.txt)
+    "CUDA graphs off": "Breakable CUDA graph is incompatible with unvalidated a2a backend; disabling prefill "
+                       "CUDA graph.",
+    "max_running_requests capped": "Max running requests is reset to 48 for speculative decoding. You can override "
+                                   "this by explicitly setting --max-running-requests.",
+    "draft tokens overridden": "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                               "speculative_eagle_topk == 1",
+}
+
+
+def test_the_lines_sglang_0517_printed_on_an_h100_are_found() -> None:
+    for kind, line in SEEN_0517.items():
+        assert [n.kind for n in notices_in(f"[2026-12-07 23:08:01] {line}")] == [kind], line
 
 
 REAL_NOTICES = {"disable-cuda-graph-0517.log": ["CUDA graphs off", "deprecated option"]}  # --disable-cuda-graph
