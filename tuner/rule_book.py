@@ -17,8 +17,11 @@ from tuner.space import SearchSpace
 
 # A failure explained by contrast with the successes (the fewest settings no success had) is caused by
 # those settings alone with this prior chance, else by them with one more setting=value (the rest of the
-# prior spread evenly over the other parameters' values; :func:`_cause`).
+# prior spread evenly over the other parameters' values; :func:`_cause`). For a rule of two or more
+# settings, each of which ran without the others, the cause with one more would be three settings
+# together, which SGLang's failures seldom are: CAUSE_ALONE_INTERACTION.
 CAUSE_ALONE = 0.5
+CAUSE_ALONE_INTERACTION = 0.8
 
 
 class RuleBook:
@@ -82,14 +85,15 @@ class RuleBook:
         others = [{(n, repr(v)) for n, v in f.items() if n not in own} for f in same]
         common = set.intersection(*others) if others else set()
         shared = sum((n, repr(params.get(n))) in common for n in params if n not in own)
-        cause = _cause(self._pair_mass(rule), np.array(shared), np.array(len(common))) if same else np.array(1.0)
+        cause = _cause(_alone(rule), self._pair_mass(rule), np.array(shared), np.array(len(common))) \
+            if same else np.array(1.0)
         return _doubt(rule, np.array(rule.matches(params)), np.array(len(same) or len(rule.trials)), cause)
 
     def _pair_mass(self, rule: Rule) -> float:
         """The prior chance that the cause of ``rule``'s failures is its settings with one given other
         setting=value (of a parameter outside the rule), all such pairs alike."""
         own = {n for n, _ in rule.params}
-        return (1 - CAUSE_ALONE) / max(1, sum(len(v) for n, v in self.domains.items() if n not in own))
+        return (1 - _alone(rule)) / max(1, sum(len(v) for n, v in self.domains.items() if n not in own))
 
     def judge(self, enc: Encoding, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each encoded configuration (``enc.encode`` rows): is it covered by a confirmed rule
@@ -122,7 +126,7 @@ class RuleBook:
             common += in_all
             shared += in_all & (rows[:, column] == code)
         alone = failures == 0
-        cause = np.where(alone, 1.0, _cause(self._pair_mass(rule), shared, common))
+        cause = np.where(alone, 1.0, _cause(_alone(rule), self._pair_mass(rule), shared, common))
         return _doubt(rule, matched, np.where(alone, len(rule.trials), failures), cause)
 
     def _suspects(self) -> list[list[Rule]]:
@@ -147,13 +151,18 @@ def _doubt(rule: Rule, matched: np.ndarray, failures: np.ndarray, cause: np.ndar
     return np.asarray(matched * (1 - SUSPECT_ODDS ** failures) * (1.0 if rule.named else cause))
 
 
-def _cause(pair_mass: float, shared: np.ndarray, common: np.ndarray) -> np.ndarray:
+def _alone(rule: Rule) -> float:
+    """The prior chance that ``rule``'s settings alone cause its failures (:data:`CAUSE_ALONE`)."""
+    return CAUSE_ALONE if len(rule.params) == 1 else CAUSE_ALONE_INTERACTION
+
+
+def _cause(alone: float, pair_mass: float, shared: np.ndarray, common: np.ndarray) -> np.ndarray:
     """The chance that a candidate holds the cause of a rule's failures: the rule's settings alone
-    (prior :data:`CAUSE_ALONE`) or with one more setting=value (prior ``pair_mass`` each). Only the
+    (prior ``alone``) or with one more setting=value (prior ``pair_mass`` each). Only the
     ``common`` settings every failure had remain possible, so each failure in another context makes
     "alone" likelier (two crashes at ``cuda_graph_max_bs=32`` around two leaders); the candidate holds
     ``shared`` of them."""
-    return np.asarray((CAUSE_ALONE + pair_mass * shared) / (CAUSE_ALONE + pair_mass * common))
+    return np.asarray((alone + pair_mass * shared) / (alone + pair_mass * common))
 
 
 def _weight(groups: Sequence[list[np.ndarray]]) -> np.ndarray:
