@@ -28,9 +28,10 @@ A rule is *confirmed* (it stops a matching proposal before launch) when the evid
 reach: two or more failing configurations support it and, where they differ, they failed at every
 value of that parameter; or three different failing configurations support it (found by contrast
 for one setting: where no other setting was alike in all three, else that setting stays a possible
-co-cause); or two do, for a rule of two or more settings found by contrast (each of them ran without
-the others, so with a co-cause it would be three settings failing together); or the log named it
-with two or more settings. Otherwise it is *suspected*: it only weighs the sampler's proposals down
+co-cause); or two do, for a rule of two or more settings found by contrast (the smallest such rule:
+each of its settings ran without the others, so with a co-cause it would be three settings failing
+together; the corner that joins several explanations which tie is confirmed alike); or the log
+named it with two or more settings. Otherwise it is *suspected*: it only weighs the sampler's proposals down
 (:meth:`tuner.rule_book.RuleBook.feasibility`), so a setting that failed once, or that failed with
 two of three checkpoint formats, is still tried with the third when the model expects it to pay; and
 the tight box the supporting failures span is confirmed instead.
@@ -51,7 +52,7 @@ MAX_RULE_SIZE = 3
 SUSPECT_ODDS = 0.25  # weight on a proposal a suspected rule of one failure covers, the rest kept (tuner.rule_book)
 CONFIRMING_FAILURES = 3  # this many different failing configurations confirm a rule named by the log, or one
 # found by contrast where no other setting was alike in all of them
-CONFIRMING_INTERACTION = 2  # ... or one found by contrast of two or more settings (each ran without the others)
+CONFIRMING_INTERACTION = 2  # ... or one found by contrast of two or more settings (the co-cause check is then moot)
 Pair = tuple[str, Any]
 # How SGLang's messages name a checkpoint's format (its --quantization names), by the word a model
 # path or quantization setting carries: "supports only the modelopt_fp4 quantization" names NVFP4.
@@ -327,9 +328,7 @@ class Learner:
         (with two or more supporting failures) the tight box around them as a confirmed one."""
         spans = _spans(supports, {n for n, _ in cause})
         justified = all(set(vals) >= set(self.domains.get(n) or vals) for n, vals in spans.items() if len(vals) > 1)
-        # no other setting all of them had alike: a co-cause of one setting found by contrast (with one more,
-        # a rule of two settings would be a cause of three)
-        apart = len(cause) > 1 or not any(len(vals) == 1 for vals in spans.values())
+        apart = not any(len(vals) == 1 for vals in spans.values())  # no other setting all of them had alike
         if (justified and (len(supports) > 1 or (named and len(cause) > 1))) or \
                 (len(supports) >= CONFIRMING_FAILURES and (named or apart)) or \
                 (not named and len(cause) > 1 and len(supports) >= CONFIRMING_INTERACTION):
