@@ -442,14 +442,16 @@ def test_a_second_crash_in_another_context_makes_the_setting_alone_the_likelier_
     assert 1 - twice > (1 - SUSPECT_ODDS ** 2) * CAUSE_ALONE
 
 
+# EP 2 ran (on fa3), flashinfer ran (at EP 1), each with what else the crashes below have
+EACH_HALF_RAN = [ok(1, **_at(2, "fa3")), ok(2, **_at(1, "flashinfer")), ok(3, **_at(1, "flashinfer", "deepep", 64)),
+                 ok(4, **_at(2, "fa3", "deepep", 64))]
+
+
 def test_two_crashes_of_two_settings_that_each_ran_without_the_other_confirm_the_pair(write_yaml: Any) -> None:
     from tuner.rule_book import RuleBook
 
-    # EP 2 ran (on fa3), flashinfer ran (at EP 1), each with what else the crashes had: crashes at EP 2 on
-    # flashinfer, in two contexts, are the pair
-    ran = [ok(1, **_at(2, "fa3")), ok(2, **_at(1, "flashinfer")), ok(3, **_at(1, "flashinfer", "deepep", 64)),
-           ok(4, **_at(2, "fa3", "deepep", 64))]
-    runs = [*ran, failed(5, "crashed", CRASH, **_at(2, "flashinfer")),
+    # crashes at EP 2 on flashinfer, in two contexts, are the pair
+    runs = [*EACH_HALF_RAN, failed(5, "crashed", CRASH, **_at(2, "flashinfer")),
             failed(6, "crashed", CRASH, **_at(2, "flashinfer", "deepep", 64))]
     book = RuleBook(load_space(write_yaml(THREE_A2A)))
     book.learn(runs[:5])
@@ -470,9 +472,7 @@ def test_a_crash_of_two_settings_that_each_ran_without_the_other_is_likelier_the
 
     # with one more setting it would be three failing together: a candidate with the pair and nothing
     # else the crash had is doubted nearly as much as the crash itself
-    ran = [ok(1, **_at(2, "fa3")), ok(2, **_at(1, "flashinfer")), ok(3, **_at(1, "flashinfer", "deepep", 64)),
-           ok(4, **_at(2, "fa3", "deepep", 64))]
     book = RuleBook(load_space(write_yaml(THREE_A2A)))
-    book.learn([*ran, failed(5, "crashed", CRASH, **_at(2, "flashinfer"))])
+    book.learn([*EACH_HALF_RAN, failed(5, "crashed", CRASH, **_at(2, "flashinfer"))])
     assert 1 - book.feasibility(_at(2, "flashinfer", "mooncake", 256)) >= (1 - SUSPECT_ODDS) * CAUSE_ALONE_INTERACTION
     assert book.feasibility(_at(2, "fa3", "mooncake", 256)) == 1.0
